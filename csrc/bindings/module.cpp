@@ -1,0 +1,266 @@
+// pybind11 bindings of the CPU core (module lmtail._core).
+//
+// The Python layer (python/lmtail/ops.py, head.py) validates shapes and dtypes and raises the
+// typed lmtail errors; these bindings re-check everything they dereference (a wrong call from
+// Python must raise, never crash) and release the GIL around every kernel.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <string>
+
+#include "lmtail/cpu.hpp"
+
+namespace py = pybind11;
+using lmt::cpu::Isa;
+
+namespace {
+
+Isa parse_isa(const std::string &s) {
+    if (s == "auto") return Isa::Auto;
+    if (s == "scalar") return Isa::Scalar;
+    if (s == "avx2") return Isa::Avx2;
+    if (s == "avx512") return Isa::Avx512;
+    if (s == "neon") return Isa::Neon;
+    throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon; found '" + s + "'");
+}
+
+template <typename T>
+const char *type_name();
+template <>
+const char *type_name<float>() { return "float32"; }
+template <>
+const char *type_name<uint8_t>() { return "uint8"; }
+template <>
+const char *type_name<uint32_t>() { return "uint32"; }
+
+// Checked raw pointer into a numpy array: dtype, C-contiguity, writability and (optionally) shape.
+template <typename T>
+T *data_of(const py::array &a, const char *name, bool writable) {
+    if (!a.dtype().is(py::dtype::of<T>()))
+        throw py::type_error(std::string(name) + ": expected dtype " + type_name<T>() + ", found " +
+                             std::string(py::str(a.dtype())));
+    if (!(a.flags() & py::array::c_style))
+        throw py::type_error(std::string(name) + ": expected a C-contiguous array");
+    if (writable && !a.writeable()) throw py::type_error(std::string(name) + ": expected a writable array");
+    return static_cast<T *>(const_cast<void *>(a.data()));
+}
+
+void expect_shape(const py::array &a, const char *name, std::initializer_list<int64_t> shape) {
+    bool ok = a.ndim() == (py::ssize_t)shape.size();
+    if (ok) {
+        int d = 0;
+        for (int64_t s : shape) ok = ok && a.shape(d++) == s;
+    }
+    if (!ok) {
+        std::string want = "(", got = "(";
+        for (int64_t s : shape) want += std::to_string(s) + ",";
+        for (py::ssize_t d = 0; d < a.ndim(); ++d) got += std::to_string(a.shape(d)) + ",";
+        throw lmt::ArgumentError(std::string(name) + ": expected shape " + want + ") found " + got + ")");
+    }
+}
+
+int64_t dim(const py::array &a, int d, const char *name) {
+    if (a.ndim() <= d) throw lmt::ArgumentError(std::string(name) + ": too few dimensions");
+    return (int64_t)a.shape(d);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "lmtail C++ core (CPU backend kernels)";
+
+    // Map core exceptions to the typed Python errors defined in lmtail.errors.
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const lmt::NonFiniteError &e) {
+            py::object cls = py::module_::import("lmtail.errors").attr("NonFiniteLogitsError");
+            PyErr_SetString(cls.ptr(), e.what());
+        } catch (const lmt::ArgumentError &e) {
+            py::object cls = py::module_::import("lmtail.errors").attr("ParameterError");
+            PyErr_SetString(cls.ptr(), e.what());
+        } catch (const lmt::Error &e) {
+            py::object cls = py::module_::import("lmtail.errors").attr("LmtailError");
+            PyErr_SetString(cls.ptr(), e.what());
+        }
+    });
+
+    m.attr("ARGMAX_INVALID") = py::int_(LMT_ARGMAX_INVALID);
+    m.attr("ARGMAX_ALL_EXCLUDED") = py::int_(lmt::cpu::kAllExcluded);
+    m.attr("Q5K_BLOCK_BYTES") = py::int_(LMT_Q5K_BLOCK_BYTES);
+    m.attr("QK_K") = py::int_(LMT_QK_K);
+
+    m.def("isa_name", [](const std::string &isa) { return std::string(lmt::cpu::isa_name(parse_isa(isa))); },
+          py::arg("isa") = "auto", "SIMD path that `isa` resolves to on this CPU.");
+    m.def("isa_available", [](const std::string &isa) { return lmt::cpu::isa_available(parse_isa(isa)); },
+          py::arg("isa"));
+    m.def("default_threads", &lmt::cpu::default_threads);
+
+    m.def(
+        "rms_norm",
+        [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
+            const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
+            expect_shape(x, "x", {T, cols});
+            expect_shape(out, "out", {T, cols});
+            const float *xp = data_of<float>(x, "x", false);
+            float *op = data_of<float>(out, "out", true);
+            const float *gp = nullptr;
+            py::array g;
+            if (!gamma.is_none()) {
+                g = gamma.cast<py::array>();
+                expect_shape(g, "gamma", {cols});
+                gp = data_of<float>(g, "gamma", false);
+            }
+            py::gil_scoped_release nogil;
+            lmt::cpu::rms_norm(xp, gp, op, T, cols, eps);
+        },
+        py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
+
+    m.def(
+        "matvec_q5_k",
+        [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa) {
+            if (w.ndim() != 2) throw lmt::ArgumentError("w: expected 2-D (rows, row_bytes)");
+            if (!w.dtype().is(py::dtype::of<uint8_t>())) throw py::type_error("w: expected dtype uint8");
+            if (w.strides(1) != 1 || w.strides(0) < 0) throw py::type_error("w: rows must be contiguous bytes");
+            const int64_t rows = (int64_t)w.shape(0);
+            if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
+            const int64_t row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
+            expect_shape(w, "w", {rows, row_bytes});
+            const int64_t T = dim(x, 0, "x");
+            expect_shape(x, "x", {T, cols});
+            expect_shape(out, "out", {T, rows});
+            const float *xp = data_of<float>(x, "x", false);
+            float *op = data_of<float>(out, "out", true);
+            const auto *wp = static_cast<const uint8_t *>(w.data());
+            const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
+            const Isa is = parse_isa(isa);
+            py::gil_scoped_release nogil;
+            lmt::cpu::matvec_q5_k(wp, rows, cols, stride, xp, T, op, threads, is);
+        },
+        py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto");
+
+    m.def(
+        "scale",
+        [](py::array &x, float s, int threads) {
+            float *p = data_of<float>(x, "x", true);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            lmt::cpu::scale(p, n, s, threads);
+        },
+        py::arg("x"), py::arg("s"), py::arg("threads") = 0);
+    m.def(
+        "tanh",
+        [](py::array &x, int threads) {
+            float *p = data_of<float>(x, "x", true);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            lmt::cpu::tanh(p, n, threads);
+        },
+        py::arg("x"), py::arg("threads") = 0);
+    m.def(
+        "softcap",
+        [](py::array &x, float s, float cap, bool four_pass, int threads) {
+            float *p = data_of<float>(x, "x", true);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            lmt::cpu::softcap(p, n, s, cap, four_pass, threads);
+        },
+        py::arg("x"), py::arg("s"), py::arg("cap"), py::arg("four_pass") = true, py::arg("threads") = 0);
+    m.def(
+        "all_finite",
+        [](const py::array &x, int threads) {
+            const float *p = data_of<float>(x, "x", false);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            return lmt::cpu::all_finite(p, n, threads);
+        },
+        py::arg("x"), py::arg("threads") = 0);
+
+    m.def(
+        "argmax_rows",
+        [](const py::array &x, py::array &out, int threads) {
+            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+            expect_shape(x, "x", {R, n});
+            expect_shape(out, "out", {R});
+            const float *xp = data_of<float>(x, "x", false);
+            uint32_t *op = data_of<uint32_t>(out, "out", true);
+            py::gil_scoped_release nogil;
+            lmt::cpu::argmax_rows(xp, R, n, op, threads);
+        },
+        py::arg("x"), py::arg("out"), py::arg("threads") = 0);
+    m.def(
+        "greedy_argmax_rows",
+        [](const py::array &x, const py::array &excluded, py::array &out, int threads) {
+            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+            expect_shape(x, "x", {R, n});
+            expect_shape(out, "out", {R});
+            if (excluded.ndim() != 1) throw lmt::ArgumentError("excluded: expected a 1-D array");
+            const float *xp = data_of<float>(x, "x", false);
+            const uint32_t *ep = data_of<uint32_t>(excluded, "excluded", false);
+            const int64_t ne = (int64_t)excluded.shape(0);
+            for (int64_t i = 0; i < ne; ++i)
+                if ((int64_t)ep[i] >= n)
+                    throw lmt::ArgumentError("excluded: token id " + std::to_string(ep[i]) + " out of range [0, " +
+                                             std::to_string(n) + ")");
+            uint32_t *op = data_of<uint32_t>(out, "out", true);
+            py::gil_scoped_release nogil;
+            lmt::cpu::greedy_argmax_rows(xp, R, n, ep, ne, op, threads);
+        },
+        py::arg("x"), py::arg("excluded"), py::arg("out"), py::arg("threads") = 0);
+    m.def(
+        "topk_rows",
+        [](const py::array &x, int64_t k, py::array &ids, py::array &values, int threads) {
+            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+            expect_shape(x, "x", {R, n});
+            expect_shape(ids, "ids", {R, k});
+            expect_shape(values, "values", {R, k});
+            const float *xp = data_of<float>(x, "x", false);
+            uint32_t *ip = data_of<uint32_t>(ids, "ids", true);
+            float *vp = data_of<float>(values, "values", true);
+            py::gil_scoped_release nogil;
+            lmt::cpu::topk_rows(xp, R, n, k, ip, vp, threads);
+        },
+        py::arg("x"), py::arg("k"), py::arg("ids"), py::arg("values"), py::arg("threads") = 0);
+
+    m.def(
+        "quantize_q5_k",
+        [](const py::array &src, py::array &dst, int threads) {
+            const int64_t rows = dim(src, 0, "src"), cols = dim(src, 1, "src");
+            expect_shape(src, "src", {rows, cols});
+            if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
+            expect_shape(dst, "dst", {rows, cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES});
+            const float *sp = data_of<float>(src, "src", false);
+            uint8_t *dp = data_of<uint8_t>(dst, "dst", true);
+            py::gil_scoped_release nogil;
+            lmt::cpu::quantize_q5_k(sp, dp, rows, cols, threads);
+        },
+        py::arg("src"), py::arg("dst"), py::arg("threads") = 0);
+    m.def(
+        "dequantize_q5_k",
+        [](const py::array &src, py::array &dst, int threads) {
+            const int64_t rows = dim(src, 0, "src"), nbytes = dim(src, 1, "src");
+            expect_shape(src, "src", {rows, nbytes});
+            if (nbytes <= 0 || nbytes % LMT_Q5K_BLOCK_BYTES)
+                throw lmt::ArgumentError("row bytes must be a positive multiple of 176");
+            const int64_t cols = nbytes / LMT_Q5K_BLOCK_BYTES * LMT_QK_K;
+            expect_shape(dst, "dst", {rows, cols});
+            const uint8_t *sp = data_of<uint8_t>(src, "src", false);
+            float *dp = data_of<float>(dst, "dst", true);
+            py::gil_scoped_release nogil;
+            lmt::cpu::dequantize_q5_k(sp, dp, rows, cols, threads);
+        },
+        py::arg("src"), py::arg("dst"), py::arg("threads") = 0);
+
+    m.def(
+        "read_bytes_checksum",
+        [](const py::array &buf, int threads) {
+            const uint8_t *p = data_of<uint8_t>(buf, "buf", false);
+            const size_t n = (size_t)buf.size();
+            py::gil_scoped_release nogil;
+            return lmt::cpu::read_bytes_checksum(p, n, threads);
+        },
+        py::arg("buf"), py::arg("threads") = 0,
+        "Read every byte of buf once with `threads` threads (bandwidth probe for benchmarks).");
+}

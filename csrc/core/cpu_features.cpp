@@ -1,0 +1,89 @@
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
+#include "lmtail/cpu.hpp"
+
+namespace lmt::cpu {
+
+bool isa_available(Isa isa) {
+    switch (isa) {
+        case Isa::Auto:
+        case Isa::Scalar:
+            return true;
+#if defined(LMTAIL_HAVE_X86)
+        case Isa::Avx2:
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c");
+        case Isa::Avx512:
+            return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                   __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+#if defined(LMTAIL_HAVE_NEON)
+        case Isa::Neon:
+            return true;
+#endif
+        default:
+            return false;
+    }
+}
+
+namespace {
+Isa env_isa() {
+    const char *e = std::getenv("LMTAIL_ISA");
+    if (!e || !*e) return Isa::Auto;
+    if (!std::strcmp(e, "scalar")) return Isa::Scalar;
+    if (!std::strcmp(e, "avx2")) return Isa::Avx2;
+    if (!std::strcmp(e, "avx512")) return Isa::Avx512;
+    if (!std::strcmp(e, "neon")) return Isa::Neon;
+    throw ArgumentError(std::string("LMTAIL_ISA: expected one of scalar, avx2, avx512, neon; found '") + e + "'");
+}
+}  // namespace
+
+// Resolve Auto (and the LMTAIL_ISA override) to a concrete, available path.
+Isa resolve_isa(Isa isa) {
+    if (isa == Isa::Auto) isa = env_isa();
+    if (isa == Isa::Auto) {
+        if (isa_available(Isa::Avx512)) return Isa::Avx512;
+        if (isa_available(Isa::Avx2)) return Isa::Avx2;
+        if (isa_available(Isa::Neon)) return Isa::Neon;
+        return Isa::Scalar;
+    }
+    if (!isa_available(isa)) throw ArgumentError(std::string("SIMD path '") + isa_name(isa) + "' is not available on this CPU/build");
+    return isa;
+}
+
+const char *isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::Auto: return isa_name(resolve_isa(Isa::Auto));
+        case Isa::Scalar: return "scalar";
+        case Isa::Avx2: return "avx2";
+        case Isa::Avx512: return "avx512";
+        case Isa::Neon: return "neon";
+    }
+    return "unknown";
+}
+
+int default_threads() {
+    if (const char *e = std::getenv("LMTAIL_NUM_THREADS")) {
+        const int n = std::atoi(e);
+        if (n > 0) return n;
+    }
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    const unsigned n = std::thread::hardware_concurrency();
+    return n > 0 ? (int)n : 1;
+}
+
+}  // namespace lmt::cpu

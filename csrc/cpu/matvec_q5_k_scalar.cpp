@@ -1,0 +1,46 @@
+// Scalar reference of the Q5_K matvec. This file DEFINES the canonical expression tree that
+// every SIMD path reproduces bit for bit:
+//
+//   w[i]      = fma(float(q[i]), d1[j], -m1[j])          (j = sub-block of weight i)
+//   acc[l]    = fma(w[i], x[i], acc[l])  for i = 16*n + l, in increasing i (16 lanes, l in 0..15)
+//   logit     = ((a[0..7] + a[8..15]) folded as 8 -> 4 -> 2 -> 1 lanes)   ("hsum16")
+//
+// 16 lanes is one AVX-512 register, two AVX2 registers or four NEON registers, so each path
+// keeps the same per-lane accumulation order; only which lanes share an instruction differs.
+#include "cpu/internal.hpp"
+
+namespace lmt::cpu {
+
+static inline float hsum16(const float a[16]) {
+    float b[8], c[4], d[2];
+    for (int l = 0; l < 8; ++l) b[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; ++l) c[l] = b[l] + b[l + 4];
+    for (int l = 0; l < 2; ++l) d[l] = c[l] + c[l + 2];
+    return d[0] + d[1];
+}
+
+void matvec_q5_k_scalar(const MatvecArgs &a, int64_t r0, int64_t r1) {
+    const int64_t nb = a.cols / LMT_QK_K;
+    float acc[16];
+    float d1[8], m1[8];
+    float w[LMT_QK_K];
+    for (int64_t r = r0; r < r1; ++r) {
+        const auto *blocks = reinterpret_cast<const lmt_block_q5_K *>(a.w + (size_t)r * a.row_stride);
+        for (int64_t t = 0; t < a.T; ++t) {
+            const float *x = a.x + t * a.cols;
+            for (float &v : acc) v = 0.0f;
+            for (int64_t b = 0; b < nb; ++b) {
+                q5k_block_scales(&blocks[b], d1, m1);
+                for (int i = 0; i < LMT_QK_K; ++i) {
+                    const float q = (float)lmt_q5k_q(blocks[b].qs, blocks[b].qh, i);
+                    w[i] = std::fma(q, d1[i >> 5], -m1[i >> 5]);
+                }
+                const float *xb = x + b * LMT_QK_K;
+                for (int i = 0; i < LMT_QK_K; ++i) acc[i & 15] = std::fma(w[i], xb[i], acc[i & 15]);
+            }
+            a.logits[t * a.rows + r] = hsum16(acc);
+        }
+    }
+}
+
+}  // namespace lmt::cpu

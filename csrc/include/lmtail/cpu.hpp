@@ -1,0 +1,106 @@
+// lmtail CPU backend: the LM-head tail kernels on host memory.
+//
+// Public C++ API for embedding (find_package(lmtail) -> lmtail::core). Every function works on
+// caller-owned, C-contiguous memory and allocates nothing per call beyond small stack buffers.
+// Results are byte-identical run to run and independent of the thread count: work is split by
+// rows (or by whole chunks whose combination is order-independent), never inside a dot product.
+// They are also identical across the SIMD paths (scalar, AVX2, AVX-512, NEON): every path
+// evaluates the same canonical expression tree (see docs/DESIGN.md, "Canonical order").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "lmtail/kernel_abi.h"
+
+namespace lmt {
+
+// Base of every error the core raises; the Python layer maps subclasses to typed exceptions.
+class Error : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+// A shape/size/argument the kernel cannot accept (maps to Python ValueError subclasses).
+class ArgumentError : public Error {
+  public:
+    using Error::Error;
+};
+// A NaN or +/-Inf reached a fail-closed reduction (maps to lmtail.NonFiniteLogitsError).
+class NonFiniteError : public Error {
+  public:
+    using Error::Error;
+};
+
+namespace cpu {
+
+// SIMD implementation selected at run time. `Auto` picks the best the CPU supports; the others
+// force a path (tests use this to prove the paths agree byte for byte).
+enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4 };
+
+// Name of the path `isa` resolves to on this CPU ("avx512", "avx2", "neon", "scalar").
+const char *isa_name(Isa isa = Isa::Auto);
+// True when this CPU (and this build) can run `isa`.
+bool isa_available(Isa isa);
+
+// Threads used when a call passes n_threads <= 0: LMTAIL_NUM_THREADS if set, else the number of
+// CPUs this process may run on.
+int default_threads();
+
+// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * gamma   (gamma may be null: no scale)
+// Sum of squares in double, in index order (cols is small; this is the accuracy-first choice).
+void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
+
+// logits[t, r] = sum_c dequant(W)[r, c] * x[t, c] for t in [0, T), r in [0, rows).
+// W: rows x (cols/256) Q5_K blocks, row stride row_stride bytes (>= cols/256*176).
+// Reads every weight block once for all T activation rows. Activations stay f32.
+void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,
+                 int64_t T, float *logits, int n_threads = 0, Isa isa = Isa::Auto);
+
+// In place: x *= s (ggml_scale with bias 0: one rounding per element).
+void scale(float *x, int64_t n, float s, int n_threads = 0);
+// In place: x = tanhf(x), the platform libm's tanhf (ggml's CPU tanh calls the same function).
+void tanh(float *x, int64_t n, int n_threads = 0);
+// In place soft cap as llama.cpp's graph computes it: x*s, x*(1/cap), tanhf, x*cap, as four
+// passes (four_pass=true, the node-per-op route) or one fused pass evaluating the same
+// expression tree (four_pass=false). Both produce identical bytes on the CPU. cap <= 0: scale only.
+void softcap(float *x, int64_t n, float s, float cap, bool four_pass, int n_threads = 0);
+
+// Index of the maximum; lowest index among equal maxima; NaN never wins (a row of only NaN
+// returns 0). n >= 1.
+uint32_t argmax(const float *x, int64_t n, int n_threads = 0);
+
+// Fail-closed greedy argmax. Any non-finite value anywhere in the row (excluded ids included)
+// returns LMT_ARGMAX_INVALID (the latch); ids in `excluded` are skipped inside the reduction only
+// (x is read-only). If every finite candidate is excluded, returns LMT_ARGMAX_INVALID - 1.
+// Requires n < 2^31. Duplicate or out-of-range excluded ids are the caller's to validate.
+inline constexpr uint32_t kAllExcluded = LMT_ARGMAX_INVALID - 1u;
+uint32_t greedy_argmax(const float *x, int64_t n, const uint32_t *excluded, int64_t n_excluded,
+                       int n_threads = 0);
+
+// Top-k of one row in canonical order: value descending, index ascending among equal values.
+// NaN is ordered below -inf (never selected ahead of a number). k in [1, n].
+void topk(const float *x, int64_t n, int64_t k, uint32_t *ids, float *values);
+
+// Bulk: each of n_rows rows, distributed over threads.
+void argmax_rows(const float *x, int64_t n_rows, int64_t n, uint32_t *out, int n_threads = 0);
+void greedy_argmax_rows(const float *x, int64_t n_rows, int64_t n, const uint32_t *excluded,
+                        int64_t n_excluded, uint32_t *out, int n_threads = 0);
+void topk_rows(const float *x, int64_t n_rows, int64_t n, int64_t k, uint32_t *ids, float *values,
+               int n_threads = 0);
+
+// True when every value is finite (exponent bits test; immune to fast-math).
+bool all_finite(const float *x, int64_t n, int n_threads = 0);
+
+// Q5_K quantisation, byte-identical to ggml's quantize_row_q5_K_ref (no importance matrix).
+// src: rows x cols f32, dst: rows x (cols/256*176) bytes. cols % 256 == 0.
+void quantize_q5_k(const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads = 0);
+// Dequantisation, bit-identical to ggml's dequantize_row_q5_K (and gguf-py's dequantize).
+void dequantize_q5_k(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads = 0);
+
+// Sum of `bytes` bytes read with `n_threads` threads (benchmarks: measured read bandwidth).
+uint64_t read_bytes_checksum(const uint8_t *p, size_t bytes, int n_threads = 0);
+
+}  // namespace cpu
+}  // namespace lmt

@@ -1,0 +1,77 @@
+"""Argument checks shared by ops and Head. Nothing is silently converted or accepted."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .errors import DTypeError, ParameterError, ShapeError
+
+Q5K_BLOCK_BYTES = 176
+QK_K = 256
+
+
+def float32_array(x, name: str, ndims=(1, 2)) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise DTypeError(f"{name}: expected a numpy float32 array; found {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise DTypeError(f"{name}: expected dtype float32; found {x.dtype} (convert explicitly)")
+    if x.ndim not in ndims:
+        raise ShapeError(f"{name}: expected {' or '.join(f'{d}-D' for d in ndims)}; found shape {x.shape}")
+    if x.size == 0:
+        raise ShapeError(f"{name}: expected a non-empty array; found shape {x.shape}")
+    return np.ascontiguousarray(x)
+
+
+def q5k_weight(w, name: str = "weight") -> tuple[np.ndarray, int, int]:
+    """Return (w, rows, cols) for a Q5_K matrix of shape (rows, cols/256*176) uint8."""
+    if not isinstance(w, np.ndarray):
+        raise DTypeError(f"{name}: expected a numpy uint8 array of Q5_K blocks; found {type(w).__name__}")
+    if w.dtype != np.uint8:
+        raise DTypeError(f"{name}: expected dtype uint8 (raw Q5_K blocks); found {w.dtype}")
+    if w.ndim != 2:
+        raise ShapeError(f"{name}: expected 2-D (rows, row_bytes); found shape {w.shape}")
+    rows, nbytes = w.shape
+    if rows < 1 or nbytes < 1 or nbytes % Q5K_BLOCK_BYTES:
+        raise ShapeError(
+            f"{name}: row bytes must be a positive multiple of {Q5K_BLOCK_BYTES} (one Q5_K block per 256 "
+            f"weights); found shape {w.shape}"
+        )
+    if rows >= 2**31:
+        raise ShapeError(f"{name}: at most 2^31-1 rows (vocabulary ids fit in 31 bits); found {rows}")
+    if not (w.flags.c_contiguous or (w.strides[1] == 1 and w.strides[0] >= nbytes)):
+        w = np.ascontiguousarray(w)
+    return w, rows, nbytes // Q5K_BLOCK_BYTES * QK_K
+
+
+def threads_arg(threads) -> int:
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
+        raise ParameterError(f"threads: expected None or an integer >= 1; found {threads!r}")
+    return int(threads)
+
+
+def finite_float(v, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ParameterError(f"{name}: expected a real number; found {v!r}")
+    f = float(v)
+    if not np.isfinite(f):
+        raise ParameterError(f"{name}: expected a finite number; found {f}")
+    return f
+
+
+def token_ids(ids, n: int, name: str) -> np.ndarray:
+    """Validate a collection of token ids against [0, n); returns sorted unique uint32."""
+    if ids is None:
+        return np.zeros(0, dtype=np.uint32)
+    arr = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.uint32)
+    if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        raise ParameterError(f"{name}: expected a 1-D collection of integer token ids; found {arr.dtype} {arr.shape}")
+    bad = (arr < 0) | (arr >= n)
+    if bad.any():
+        raise ParameterError(f"{name}: token id {int(arr[bad][0])} out of range [0, {n})")
+    return np.unique(arr.astype(np.uint32))

@@ -1,0 +1,235 @@
+"""The LM-head tail as one object: final RMSNorm -> Q5_K head -> logit scale -> soft cap -> selection."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Optional
+
+import numpy as np
+
+from . import _backend
+from ._validate import finite_float, float32_array, q5k_weight, threads_arg, token_ids
+from .errors import NonFiniteLogitsError, ParameterError, ShapeError
+from .ops import check_greedy
+
+
+def _first_nonfinite(x: np.ndarray) -> tuple:
+    idx = np.argwhere(~np.isfinite(x))[0]
+    return tuple(int(i) for i in idx)
+
+
+class Head:
+    """An LM head: ``logits = softcap(scale * (W @ rms_norm(hidden) * gamma))``.
+
+    ``weight`` is a uint8 array (rows, cols/256*176) of Q5_K blocks, used without a copy when
+    C-contiguous (e.g. a memory-mapped GGUF tensor). ``norm`` is the final RMSNorm's gamma
+    (cols,), or None when the hidden state arrives already normalised (no norm is applied). ``softcap <= 0`` disables the cap.
+
+    Failure semantics (fail closed): any non-finite hidden value, pre-cap logit or capped logit
+    raises :class:`lmtail.NonFiniteLogitsError`, and the previously published distribution stays
+    intact. One ``Head`` used from several threads serialises its calls.
+    """
+
+    def __init__(
+        self,
+        weight: np.ndarray,
+        norm: Optional[np.ndarray] = None,
+        *,
+        logit_scale: float = 1.0,
+        softcap: float = 0.0,
+        eps: float = 1e-5,
+        backend: str = "cpu",
+        threads: Optional[int] = None,
+        eog_ids=(),
+        max_tokens: int = 8,
+    ) -> None:
+        self._impl = _backend.get(backend)
+        self._backend = backend
+        self._weight, self._rows, self._cols = q5k_weight(weight, "weight")
+        if norm is not None:
+            norm = float32_array(norm, "norm", ndims=(1,))
+            if norm.shape[0] != self._cols:
+                raise ShapeError(f"norm: expected length {self._cols} (the head's cols); found {norm.shape[0]}")
+            if not np.isfinite(norm).all():
+                raise ParameterError(f"norm: gamma must be finite; found {norm[~np.isfinite(norm)][0]}")
+        self._norm = norm
+        self._scale = finite_float(logit_scale, "logit_scale")
+        self._softcap = finite_float(softcap, "softcap")
+        self._eps = finite_float(eps, "eps")
+        if self._eps < 0:
+            raise ParameterError(f"eps: expected >= 0; found {self._eps}")
+        self._threads = threads_arg(threads)
+        self._eog = tuple(int(i) for i in token_ids(eog_ids, self._rows, "eog_ids"))
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ParameterError(f"max_tokens: expected an integer >= 1; found {max_tokens!r}")
+        self._lock = threading.Lock()
+        self._published = np.zeros((max_tokens, self._rows), dtype=np.float32)
+        self._published_T = 0
+        self._staging = np.empty((max_tokens, self._rows), dtype=np.float32)
+        self._normed = np.empty((max_tokens, self._cols), dtype=np.float32)
+        self.last_timings: dict[str, float] = {}
+        self.path: Optional[str] = None
+
+    # ---- construction from a GGUF file ----
+    @classmethod
+    def from_gguf(
+        cls,
+        path,
+        backend: str = "cpu",
+        *,
+        logit_scale: Optional[float] = None,
+        softcap: Optional[float] = None,
+        threads: Optional[int] = None,
+    ) -> "Head":
+        """Load ``output.weight`` (Q5_K, memory-mapped), ``output_norm.weight``, the RMS epsilon,
+        the logit scale and soft cap (llama.cpp's per-architecture semantics) and the EOG ids."""
+        from .gguf_model import load_head_spec
+
+        spec = load_head_spec(os.fspath(path), logit_scale=logit_scale, softcap=softcap)
+        head = cls(
+            spec.weight,
+            spec.norm,
+            logit_scale=spec.logit_scale,
+            softcap=spec.softcap,
+            eps=spec.eps,
+            backend=backend,
+            threads=threads,
+            eog_ids=[i for i in spec.eog_ids if i < spec.rows],
+        )
+        head.path = os.fspath(path)
+        head.spec = spec
+        return head
+
+    # ---- properties ----
+    @property
+    def rows(self) -> int:
+        return self._rows
+
+    @property
+    def cols(self) -> int:
+        return self._cols
+
+    @property
+    def eog_ids(self) -> tuple:
+        return self._eog
+
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def logit_scale(self) -> float:
+        return self._scale
+
+    @property
+    def softcap(self) -> float:
+        return self._softcap
+
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    @property
+    def weight(self) -> np.ndarray:
+        return self._weight
+
+    # ---- the tail ----
+    def _hidden(self, hidden) -> np.ndarray:
+        h = float32_array(hidden, "hidden")
+        if h.shape[-1] != self._cols:
+            raise ShapeError(f"hidden: expected rows of length {self._cols}; found shape {h.shape}")
+        h2 = h.reshape(-1, self._cols)
+        if not self._impl.all_finite(h2, self._threads):
+            raise NonFiniteLogitsError(f"hidden: non-finite value at {_first_nonfinite(h2)}")
+        return h2
+
+    def _ensure_capacity(self, T: int) -> None:
+        if T > self._staging.shape[0]:
+            # Growing T reallocates: views returned earlier keep the old buffer (documented).
+            self._staging = np.empty((T, self._rows), dtype=np.float32)
+            self._normed = np.empty((T, self._cols), dtype=np.float32)
+            pub = np.zeros((T, self._rows), dtype=np.float32)
+            pub[: self._published.shape[0]] = self._published
+            self._published = pub
+
+    def _tail(self, h2: np.ndarray) -> np.ndarray:
+        """Norm -> head -> scale -> cap into the staging buffer; fail closed on non-finite values."""
+        impl, th = self._impl, self._threads
+        T = h2.shape[0]
+        self._ensure_capacity(T)
+        t0 = time.perf_counter()
+        if self._norm is not None:
+            normed = self._normed[:T]
+            impl.rms_norm(h2, self._norm, normed, self._eps)
+        else:  # no final norm: the caller's hidden state is already normalised
+            normed = h2
+        t1 = time.perf_counter()
+        logits = self._staging[:T]
+        impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
+        t2 = time.perf_counter()
+        if not impl.all_finite(logits, th):
+            raise NonFiniteLogitsError(f"logits before the soft cap: non-finite value at {_first_nonfinite(logits)}")
+        impl.softcap(logits, self._scale, self._softcap, True, th)
+        t3 = time.perf_counter()
+        if not impl.all_finite(logits, th):
+            raise NonFiniteLogitsError(f"logits after scale/soft cap: non-finite value at {_first_nonfinite(logits)}")
+        self.last_timings = {"norm": t1 - t0, "head": t2 - t1, "cap": t3 - t2}
+        return logits
+
+    def logits(self, hidden: np.ndarray) -> np.ndarray:
+        """(T, rows) float32 logits for hidden (cols,) or (T, cols).
+
+        Returns a read-only view of the head's retained distribution, refilled in place by the
+        next successful ``logits`` call (no allocation per call): copy rows you keep. On failure
+        the previously published rows are left untouched.
+        """
+        with self._lock:
+            h2 = self._hidden(hidden)
+            T = h2.shape[0]
+            staged = self._tail(h2)
+            np.copyto(self._published[:T], staged)  # publish only after every check passed
+            self._published_T = T
+            view = self._published[:T].view()
+            view.flags.writeable = False
+            return view
+
+    def greedy(self, hidden: np.ndarray, exclude=None) -> np.ndarray:
+        """Greedy token per row (uint32 (T,)): the whole tail plus the fail-closed argmax.
+
+        ``exclude`` (e.g. ``head.eog_ids`` for ignore-eos) is masked inside the reduction only.
+        """
+        with self._lock:
+            h2 = self._hidden(hidden)
+            excl = token_ids(exclude, self._rows, "exclude")
+            if excl.size >= self._rows:
+                raise ParameterError(f"exclude: excludes all {self._rows} token ids; nothing left to choose")
+            logits = self._tail(h2)
+            out = np.empty(h2.shape[0], dtype=np.uint32)
+            t0 = time.perf_counter()
+            self._impl.greedy_argmax_rows(logits, excl, out, self._threads)
+            self.last_timings["select"] = time.perf_counter() - t0
+            check_greedy(out, self._rows, excl.size)
+            return out
+
+    def topk(self, hidden: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k candidates per row: (ids uint32 (T, k), values float32 (T, k)), canonical order."""
+        with self._lock:
+            h2 = self._hidden(hidden)
+            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self._rows:
+                raise ParameterError(f"k: expected an integer in [1, {self._rows}]; found {k!r}")
+            logits = self._tail(h2)
+            T = h2.shape[0]
+            ids = np.empty((T, int(k)), dtype=np.uint32)
+            vals = np.empty((T, int(k)), dtype=np.float32)
+            t0 = time.perf_counter()
+            self._impl.topk_rows(logits, int(k), ids, vals, self._threads)
+            self.last_timings["select"] = time.perf_counter() - t0
+            return ids, vals
+
+    def __repr__(self) -> str:
+        return (
+            f"Head(rows={self._rows}, cols={self._cols}, backend={self._backend!r}, logit_scale={self._scale}, "
+            f"softcap={self._softcap}, eps={self._eps}, norm={'yes' if self._norm is not None else 'no'})"
+        )

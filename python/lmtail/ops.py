@@ -1,0 +1,184 @@
+"""The LM-head tail kernels on plain numpy arrays.
+
+Every op takes ``backend=`` (default ``"cpu"``) so the same call runs on any backend in
+:func:`lmtail.backends`. Inputs are never modified unless an ``out=`` array is passed; inputs
+must already be float32 (nothing is silently converted).
+
+Semantics shared by all backends:
+
+* ``argmax``: the lowest index among equal maxima; NaN never wins (a row of only NaN gives 0).
+* ``greedy_argmax``: fail closed. Any NaN/+-Inf in the row, excluded ids included, raises
+  :class:`lmtail.NonFiniteLogitsError`; ids in ``exclude`` are masked inside the reduction only
+  (the logits are not modified); excluding every id raises :class:`lmtail.ParameterError`.
+* ``topk``: value descending, index ascending among equal values; NaN ranks below -inf.
+* ``softcap(x, s, cap)``: ``cap * tanh(x * s / cap)`` evaluated as llama.cpp's graph does:
+  ``x*s``, ``*(1/cap)`` with ``1/cap`` rounded to float32 once, ``tanhf``, ``*cap``. On the CPU the
+  four-pass and fused routes give identical bytes, equal to ggml's CPU graph. ``cap <= 0``
+  means scale only.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import numpy as np
+
+from . import _backend
+from ._validate import finite_float, float32_array, q5k_weight, threads_arg, token_ids
+from .errors import NonFiniteLogitsError, ParameterError, ShapeError
+
+__all__ = ["rms_norm", "matvec_q5_k", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk"]
+
+
+def _out_like(x: np.ndarray, out: Optional[np.ndarray], name: str = "out") -> np.ndarray:
+    if out is None:
+        return x.copy()
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != x.shape or not out.flags.c_contiguous:
+        raise ShapeError(f"{name}: expected a C-contiguous float32 array of shape {x.shape}")
+    if out is not x:
+        np.copyto(out, x)
+    return out
+
+
+def rms_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-5, *, backend: str = "cpu") -> np.ndarray:
+    """RMSNorm of each row: ``x / sqrt(mean(x^2) + eps) * gamma`` (ggml's CPU arithmetic)."""
+    impl = _backend.get(backend)
+    x = float32_array(x, "x")
+    x2 = x.reshape(-1, x.shape[-1])
+    g = None
+    if gamma is not None:
+        g = float32_array(gamma, "gamma", ndims=(1,))
+        if g.shape[0] != x.shape[-1]:
+            raise ShapeError(f"gamma: expected length {x.shape[-1]} (the row length of x); found {g.shape[0]}")
+    eps = finite_float(eps, "eps")
+    if eps < 0:
+        raise ParameterError(f"eps: expected >= 0; found {eps}")
+    out = np.empty_like(x2)
+    impl.rms_norm(x2, g, out, eps)
+    return out.reshape(x.shape)
+
+
+def matvec_q5_k(
+    w: np.ndarray, x: np.ndarray, *, threads: Optional[int] = None, backend: str = "cpu", isa: str = "auto"
+) -> np.ndarray:
+    """``dequantize(w) @ x`` for Q5_K ``w`` (rows, cols/256*176) and f32 ``x`` (cols,) or (T, cols).
+
+    Returns (rows,) or (T, rows) float32. Weights are read once for all T rows; activations
+    stay f32. Bytes are identical for every thread count and SIMD path (``isa`` forces one:
+    "scalar", "avx2", "avx512", "neon"; "auto" picks the best).
+    """
+    impl = _backend.get(backend)
+    w, rows, cols = q5k_weight(w, "w")
+    x = float32_array(x, "x")
+    if x.shape[-1] != cols:
+        raise ShapeError(f"x: expected rows of length {cols} (from w's {w.shape[1]} bytes per row); found {x.shape}")
+    x2 = x.reshape(-1, cols)
+    out = np.empty((x2.shape[0], rows), dtype=np.float32)
+    impl.matvec_q5_k(w, cols, x2, out, threads_arg(threads), isa)
+    return out[0] if x.ndim == 1 else out
+
+
+def scale(x: np.ndarray, s: float, *, out: Optional[np.ndarray] = None, threads: Optional[int] = None, backend: str = "cpu") -> np.ndarray:
+    """``x * s`` elementwise (ggml_scale with zero bias: one rounding per element)."""
+    impl = _backend.get(backend)
+    x = float32_array(x, "x")
+    y = _out_like(x, out)
+    impl.scale(y, finite_float(s, "s"), threads_arg(threads))
+    return y
+
+
+def tanh(x: np.ndarray, *, out: Optional[np.ndarray] = None, threads: Optional[int] = None, backend: str = "cpu") -> np.ndarray:
+    """``tanh(x)`` elementwise with the platform libm's ``tanhf`` (as ggml's CPU backend)."""
+    impl = _backend.get(backend)
+    x = float32_array(x, "x")
+    y = _out_like(x, out)
+    impl.tanh(y, threads_arg(threads))
+    return y
+
+
+def softcap(
+    x: np.ndarray,
+    scale: float,
+    cap: float,
+    *,
+    four_pass: bool = True,
+    out: Optional[np.ndarray] = None,
+    threads: Optional[int] = None,
+    backend: str = "cpu",
+) -> np.ndarray:
+    """``cap * tanh(x * scale / cap)``, or ``x * scale`` when ``cap <= 0``.
+
+    ``four_pass=True`` runs the four barrier-separated nodes (x*s, x*(1/cap), tanh, x*cap);
+    ``False`` the fused single pass. Identical bytes on the CPU.
+    """
+    impl = _backend.get(backend)
+    x = float32_array(x, "x")
+    s = finite_float(scale, "scale")
+    c = finite_float(cap, "cap")
+    y = _out_like(x, out)
+    impl.softcap(y, s, c, bool(four_pass), threads_arg(threads))
+    return y
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    x = float32_array(x, "x")
+    if x.shape[-1] >= 2**31 - 1:
+        raise ShapeError(f"x: rows must be shorter than 2^31-1; found {x.shape[-1]}")
+    return x
+
+
+def argmax(x: np.ndarray, *, threads: Optional[int] = None, backend: str = "cpu") -> Union[int, np.ndarray]:
+    """Index of the maximum (lowest index among ties; NaN never wins). int for 1-D, uint32 per row for 2-D."""
+    impl = _backend.get(backend)
+    x = _rows(x)
+    x2 = x.reshape(-1, x.shape[-1])
+    out = np.empty(x2.shape[0], dtype=np.uint32)
+    impl.argmax_rows(x2, out, threads_arg(threads))
+    return int(out[0]) if x.ndim == 1 else out
+
+
+def greedy_argmax(
+    x: np.ndarray, exclude=None, *, threads: Optional[int] = None, backend: str = "cpu"
+) -> Union[int, np.ndarray]:
+    """Fail-closed greedy argmax with ``exclude`` (e.g. the EOG ids for ignore-eos) masked in the reduction only."""
+    impl = _backend.get(backend)
+    x = _rows(x)
+    n = x.shape[-1]
+    excl = token_ids(exclude, n, "exclude")
+    if excl.size >= n:
+        raise ParameterError(f"exclude: excludes all {n} token ids; nothing left to choose")
+    x2 = x.reshape(-1, n)
+    out = np.empty(x2.shape[0], dtype=np.uint32)
+    impl.greedy_argmax_rows(x2, excl, out, threads_arg(threads))
+    check_greedy(out, n, excl.size)
+    return int(out[0]) if x.ndim == 1 else out
+
+
+def check_greedy(out: np.ndarray, n: int, n_excluded: int) -> None:
+    """Turn the kernels' sentinel results into typed errors (shared by ops and Head)."""
+    bad = out >= n
+    if not bad.any():
+        return
+    t = int(np.argmax(bad))
+    v = int(out[t])
+    if v == 0xFFFFFFFF:
+        raise NonFiniteLogitsError(f"greedy argmax: row {t} contains NaN or Inf (non-finite latch set)")
+    if v == 0xFFFFFFFE and n_excluded:
+        raise ParameterError(f"greedy argmax: row {t} has no candidate left after excluding {n_excluded} ids")
+    raise NonFiniteLogitsError(f"greedy argmax: row {t} returned invalid token {v} (vocabulary {n})")
+
+
+def topk(x: np.ndarray, k: int, *, threads: Optional[int] = None, backend: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Top-k per row: (ids uint32, values float32), value descending, id ascending on ties."""
+    impl = _backend.get(backend)
+    x = _rows(x)
+    n = x.shape[-1]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+        raise ParameterError(f"k: expected an integer in [1, {n}]; found {k!r}")
+    x2 = x.reshape(-1, n)
+    ids = np.empty((x2.shape[0], int(k)), dtype=np.uint32)
+    vals = np.empty((x2.shape[0], int(k)), dtype=np.float32)
+    impl.topk_rows(x2, int(k), ids, vals, threads_arg(threads))
+    if x.ndim == 1:
+        return ids[0], vals[0]
+    return ids, vals

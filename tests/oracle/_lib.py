@@ -1,0 +1,51 @@
+"""Locate and load llama-cpp-python's shared libraries (libggml*, libllama)."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import os
+from pathlib import Path
+
+ORACLE_VERSION = "0.3.36"
+
+
+class OracleUnavailable(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def lib_dir() -> Path:
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise OracleUnavailable(
+            f"llama-cpp-python=={ORACLE_VERSION} (the llama.cpp oracle) is not installed; "
+            "install the test extras: pip install '.[test]'"
+        )
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    for cand in (pkg / "lib", pkg):
+        if (cand / "libggml-base.so").exists() or (cand / "libggml-base.dylib").exists():
+            return cand
+    raise OracleUnavailable(f"llama_cpp is installed at {pkg} but its libggml-base was not found")
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str) -> ctypes.CDLL:
+    """Load lib<name>.so from the oracle (RTLD_GLOBAL so ggml's backends resolve each other)."""
+    d = lib_dir()
+    for ext in (".so", ".dylib"):
+        p = d / f"lib{name}{ext}"
+        if p.exists():
+            return ctypes.CDLL(os.fspath(p), mode=ctypes.RTLD_GLOBAL)
+    raise OracleUnavailable(f"lib{name} not found in {d}")
+
+
+def require():
+    """pytest helper: skip the calling test with the reason when the oracle is missing."""
+    import pytest
+
+    try:
+        lib_dir()
+    except OracleUnavailable as e:  # pragma: no cover - depends on the environment
+        pytest.skip(str(e))
