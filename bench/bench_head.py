@@ -69,6 +69,13 @@ def machine_info() -> dict:
     return info
 
 
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 def aligned_empty(nbytes: int, align: int = 4096) -> np.ndarray:
     raw = np.empty(nbytes + align, np.uint8)
     off = (-raw.ctypes.data) % align
@@ -126,9 +133,13 @@ def main(argv=None) -> int:
         info["lmtail_isa"] = core.isa_name()
         info["lmtail_version"] = getattr(lmtail, "__version__", "?")
 
+    info["loadavg_start"] = loadavg()
     print("== machine")
     for k, v in info.items():
         print(f"  {k:15s} {v}")
+    if float(info["loadavg_start"].split()[0] if info["loadavg_start"] != "?" else 0) > 0.5:
+        print("  WARNING: other processes are using the CPU (load average above); on a 2-core box the timings "
+              "below are then not representative")
 
     quantizer = G.quantize_q5_k if lm is None else lm.quantize_q5_k
     t0 = time.perf_counter()
@@ -204,6 +215,7 @@ def main(argv=None) -> int:
             results.append(r)
         mm.close()
 
+    info["loadavg_end"] = loadavg()
     # ------------------------------------------------------------------ summary
     print("\n== results (medians; GB/s = %s B / time; ratio = median over pairs of lmtail/ggml)" % f"{W_BYTES:,}")
     if lm is not None:
@@ -232,6 +244,8 @@ def main(argv=None) -> int:
         print(f"{'T':>2} {'thr':>3} | {'ggml ms':>8} {'best':>7} {'GB/s':>6}")
         for r in results:
             print(f"{r['T']:>2} {r['threads']:>3} | {r['ggml_ms']:>8.1f} {min(r['ggml_s'])*1e3:>7.1f} {r['ggml_GBps']:>6.1f}")
+
+    print(f"load average: start {info['loadavg_start']}, end {info['loadavg_end']} (1/5/15 min)")
 
     if args.json:
         out = {"machine": info, "rows": args.rows, "cols": COLS, "weight_bytes": W_BYTES, "bw_bytes": BW_BYTES,

@@ -352,7 +352,8 @@ def test_caller_overrides(tmp_path):
     assert spec.softcap == 0.0
     p = _arch(tmp_path, "granite", {"granite.logit_scale": f32(4.0)}, name="g.gguf")
     assert load_head_spec(p, logit_scale=3.0).logit_scale == 3.0
-    for bad in ({"logit_scale": float("nan")}, {"logit_scale": 0.0}, {"softcap": -1.0}, {"softcap": float("inf")}):
+    for bad in ({"logit_scale": float("nan")}, {"logit_scale": 0.0}, {"logit_scale": 1e-60}, {"logit_scale": 1e300},
+                {"softcap": -1.0}, {"softcap": float("inf")}, {"softcap": "20"}):
         with pytest.raises(ParameterError):
             load_head_spec(p, **bad)
 
@@ -702,7 +703,7 @@ def test_truncated_at_every_prefix(tmp_path, small_model):
 
 
 try:
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, given, reject, settings
     from hypothesis import strategies as st
 except ImportError:  # pragma: no cover - hypothesis is a test dependency
     HAVE_HYPOTHESIS = False
@@ -789,6 +790,7 @@ def test_eog_synthetic(tmp_path, case):
     assert eog_ids_from_kv(GGUFFile(p)) == expected
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("case", EOG_CASES, ids=[c[0] for c in EOG_CASES])
 def test_eog_synthetic_oracle(tmp_path, case):
     ov = _require_oracle()
@@ -857,12 +859,14 @@ def _vocab_files(where: Path, what: str):
     return [pytest.param(p, id=p.name) for p in files]
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("path", _vocab_files(SHARED_VOCAB, "../shared/vocab"))
 def test_eog_parity_shared_vocab(path):
     ov = _require_oracle()
     assert eog_ids_from_kv(GGUFFile(path)) == ov.eog_ids(path)
 
 
+@pytest.mark.oracle
 @pytest.mark.parametrize("path", _vocab_files(SDIST_LLAMA / "models", "the llama.cpp sdist (LMTAIL_LLAMA_SDIST)"))
 def test_eog_parity_sdist_vocab(path):
     ov = _require_oracle()
@@ -882,6 +886,7 @@ _SPECIAL_TEXTS = [
 _FIM_GROUPS = [["<|fim_pad|>", "<PAD>"], ["<|fim_repo|>", "<reponame>"]]
 
 
+@pytest.mark.oracle
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_eog_differential_vs_llama_cpp(tmp_path, data):
@@ -899,11 +904,15 @@ def test_eog_differential_vs_llama_cpp(tmp_path, data):
     for name in ("eos", "eot", "eom", "fim_pad", "fim_rep", "fim_sep"):
         if data.draw(st.booleans(), label=f"has_{name}"):
             ids[name] = data.draw(st.integers(0, n + 3), label=name)
-    types = data.draw(st.lists(st.integers(1, 6), min_size=n, max_size=n), label="types")
+    # NORMAL..UNUSED; BYTE (6) tokens need <0xNN> texts, and llama.cpp aborts on some bogus ones
+    types = data.draw(st.lists(st.integers(1, 5), min_size=n, max_size=n), label="types")
     kv = gu.vocab_kv(gu.filler_tokens(n, planted), model=model, types=types, **ids)
     p = gu.write_gguf(tmp_path / "d.gguf", "llama", kv)
     ours = eog_ids_from_kv(GGUFFile(p))
-    theirs = ov.eog_ids(p)
+    try:
+        theirs = ov.eog_ids(p)
+    except ov.OracleLoadError:
+        reject()  # llama.cpp has no answer for this vocabulary
     slot_key = {0: "fim_pad", 1: "fim_rep"}
     ambiguous = any(
         sum(t in planted.values() for t in grp) > 1 and not (slot_key[g] in ids and ids[slot_key[g]] < n)

@@ -68,6 +68,8 @@ int64_t dim(const py::array &a, int d, const char *name) {
 
 }  // namespace
 
+void bind_sampling(py::module_ &m);  // csrc/bindings/sampling.cpp
+
 PYBIND11_MODULE(_core, m) {
     m.doc() = "lmtail C++ core (CPU backend kernels)";
 
@@ -252,6 +254,8 @@ PYBIND11_MODULE(_core, m) {
             lmt::cpu::dequantize_q5_k(sp, dp, rows, cols, threads);
         },
         py::arg("src"), py::arg("dst"), py::arg("threads") = 0);
+
+    bind_sampling(m);
 
     m.def(
         "read_bytes_checksum",

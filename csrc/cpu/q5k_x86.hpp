@@ -42,8 +42,11 @@ static inline void q5k_block_scales_x86(const lmt_block_q5_K *b, float *d1, floa
                         ((uint64_t)((c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u)) << 32);
     const uint64_t mm = (uint64_t)(bb & 0x3F3F3F3Fu) |
                         ((uint64_t)(((c >> 4) & 0x0F0F0F0Fu) | ((bb >> 2) & 0x30303030u)) << 32);
-    const __m256 d = _mm256_set1_ps(f16_to_f32(b->d));
-    const __m256 dm = _mm256_set1_ps(f16_to_f32(b->dmin));
+    // F16C conversion is exact, like f16_to_f32, and avoids its branches (measured: the scalar
+    // conversion made the row decode cost more than the dot product).
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)b->d | ((uint32_t)b->dmin << 16))));
+    const __m256 d = _mm256_broadcastss_ps(dd);
+    const __m256 dm = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
     const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
     const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
     _mm256_storeu_ps(d1, _mm256_mul_ps(d, scf));

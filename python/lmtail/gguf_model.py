@@ -31,6 +31,7 @@ import math
 import mmap
 import os
 import struct
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -79,7 +80,7 @@ GGUF_VALUE_TYPES = {
 _VT_NAME = {v: k for k, v in GGUF_VALUE_TYPES.items()}
 _T_UINT32, _T_INT32, _T_FLOAT32, _T_BOOL, _T_STRING, _T_ARRAY = 4, 5, 6, 7, 8, 9
 # scalar value type -> (struct format, numpy dtype)
-_SCALAR = {
+_SCALAR: dict[int, tuple[str, np.dtype]] = {
     0: ("<B", np.dtype("<u1")), 1: ("<b", np.dtype("<i1")), 2: ("<H", np.dtype("<u2")),
     3: ("<h", np.dtype("<i2")), 4: ("<I", np.dtype("<u4")), 5: ("<i", np.dtype("<i4")),
     6: ("<f", np.dtype("<f4")), 7: ("<B", np.dtype("<u1")), 10: ("<Q", np.dtype("<u8")),
@@ -365,7 +366,7 @@ class GGUFFile:
                 raise GGUFError(f"{self.path}: key 'general.alignment' = {align}; expected a non-zero power of two")
         self.alignment = align
 
-        infos = []
+        infos: list[tuple[str, int, tuple[int, ...], int, int, int]] = []
         names: set[str] = set()
         for i in range(n_tensors):
             at = c.pos
@@ -385,18 +386,19 @@ class GGUFFile:
                 raise GGUFError(
                     f"{self.path}: tensor {name!r} has n_dims {n_dims} at byte offset {nd_at}; expected <= {GGML_MAX_DIMS}"
                 )
-            ne = []
+            dims: list[int] = []
             for j in range(n_dims):
                 d_at = c.pos
                 d = c.i64(f"ne[{j}] of tensor {name!r}")
                 if d < 0:
                     raise GGUFError(f"{self.path}: tensor {name!r} ne[{j}] = {d} at byte offset {d_at}; expected >= 0")
-                ne.append(d)
+                dims.append(d)
+            ne = tuple(dims)
             nel = 1
             for d in ne:
                 nel *= d
                 if nel > _INT64_MAX:
-                    raise GGUFError(f"{self.path}: tensor {name!r} shape {tuple(ne)} has more than INT64_MAX elements")
+                    raise GGUFError(f"{self.path}: tensor {name!r} shape {ne} has more than INT64_MAX elements")
             t_at = c.pos
             t = c.i32(f"the ggml type of tensor {name!r}")
             if t not in GGML_TYPES:
@@ -415,7 +417,7 @@ class GGUFFile:
             if nbytes > _UINT64_MAX - (align - 1):
                 raise GGUFError(f"{self.path}: tensor {name!r} is {nbytes} bytes, which overflows a 64-bit size")
             off = c.u64(f"the data offset of tensor {name!r}")
-            infos.append((name, n_dims, tuple(ne), t, off, nbytes))
+            infos.append((name, n_dims, ne, t, off, nbytes))
 
         if n_tensors > 0:
             start = -(-c.pos // align) * align
@@ -484,26 +486,28 @@ class GGUFFile:
             return (view != 0 if et == _T_BOOL else view), (_T_ARRAY, et)
         if et == _T_STRING:
             # Hot loop (150k+ tokens): record where each string starts, check bounds once per item.
+            # Memory grows with what was actually parsed (8 bytes per string), never with the
+            # claimed count, so a lying count in a large file cannot reserve gigabytes up front.
             mm, size, pos = c.mm, c.size, c.pos
             unpack = _U64.unpack_from
-            starts = [0] * n
+            end_of = array("q")
+            app = end_of.append
             i = 0
             try:
                 for i in range(n):
                     pos += 8 + unpack(mm, pos)[0]
-                    starts[i] = pos  # provisional: end of string i
                     if pos > size:
                         break
+                    app(pos)
             except struct.error:
                 c.pos = pos
                 c.need(8, f"the length of string #{i} of array {key!r}")
-            ends = np.asarray(starts, dtype=np.uint64) if n else np.zeros(0, np.uint64)
-            if n and int(ends[i]) > size:
+            if len(end_of) != n:
                 raise GGUFError(
                     f"{self.path}: string #{i} of array {key!r} runs past the end of the file "
                     f"({self.file_size} bytes): truncated or absurd length"
                 )
-            ends = ends.astype(np.int64)
+            ends = np.frombuffer(end_of, dtype=np.int64) if n else np.zeros(0, np.int64)
             begins = np.empty_like(ends)
             if n:
                 begins[0] = c.pos + 8
@@ -593,6 +597,8 @@ class _KV:
     """Uniform typed access over a GGUFFile or a plain mapping (types then unknown)."""
 
     def __init__(self, kv: "GGUFFile | Mapping[str, Any]", types: Mapping[str, tuple] | None, where: str):
+        self.kv: Mapping[str, Any]
+        self.types: Mapping[str, tuple] | None
         if isinstance(kv, GGUFFile):
             self.kv, self.types, self.where = kv.kv, kv.kv_types, kv.path
         else:
@@ -824,7 +830,7 @@ ARCH_RULES: dict[str, ArchRule] = {
         "maincoder", "mamba", "mamba2", "minimax-01", "mistral3", "mistral4", "nanbeige",
         "pangu-embedded", "phi3", "plamo2", "plamo3", "qwen3", "qwen35", "qwen35moe", "qwen3moe",
         "qwen3next", "qwen3vl", "qwen3tts", "qwen3vlmoe", "refact", "rnd1", "seed_oss",
-        "smallthinker", "smollm3", "spark2_5", "gemma4-assistant",
+        "smallthinker", "smollm3", "spark2_5",
     )},  # fmt: skip
     # --- plain RMSNorm -> head, output.weight required --------------------------------------
     **{a: _PLAIN_O for a in (
@@ -1092,14 +1098,19 @@ def load_head_spec(
     ``{arch}.attention.layer_norm_epsilon``).  Every file problem raises GGUFError; bad override
     values raise ParameterError.
     """
-    for nm, v, lo in (("logit_scale", logit_scale, None), ("softcap", softcap, 0.0)):
-        if v is not None:
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not math.isfinite(v):
-                raise ParameterError(f"{nm}={v!r}: expected a finite float")
-            if nm == "logit_scale" and v == 0:
-                raise ParameterError("logit_scale=0: expected a non-zero multiplier")
-            if lo is not None and v < lo:
-                raise ParameterError(f"softcap={v!r}: expected >= 0 (0 = no cap)")
+    for nm, v in (("logit_scale", logit_scale), ("softcap", softcap)):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+            raise ParameterError(f"{nm}={v!r}: expected a float")
+        with np.errstate(over="ignore"):
+            v32 = float(np.float32(v))  # the head computes in float32
+        if not math.isfinite(v32):
+            raise ParameterError(f"{nm}={v!r}: expected a value finite in float32")
+        if nm == "logit_scale" and v32 == 0.0:
+            raise ParameterError(f"logit_scale={v!r}: expected a multiplier that is non-zero in float32")
+        if nm == "softcap" and v32 < 0.0:
+            raise ParameterError(f"softcap={v!r}: expected >= 0 (0 = no cap)")
 
     f = GGUFFile(path)
     arch = f.get_typed("general.architecture", _T_STRING, required=True)
@@ -1110,7 +1121,7 @@ def load_head_spec(
 
     # -- head tensor ---------------------------------------------------------------------------
     how = rule.head if rule else "output_or_tied"
-    has_out, has_emb = "output.weight" in f.tensors, "token_embd.weight" in f.tensors
+    has_out = "output.weight" in f.tensors
     if how == "tied":
         if has_out:
             raise GGUFError(

@@ -95,6 +95,7 @@ def _isolated(fn, *args):
         try:
             os.close(r)
             faulthandler.disable()  # an abort() here is an expected answer, not a crash to dump
+            os.environ["GGML_NO_BACKTRACE"] = "1"  # else ggml runs gdb on abort (slow)
             os.dup2(err.fileno(), 2)  # keep llama.cpp's assertion text for the parent's message
             try:
                 payload = pickle.dumps(("ok", fn(*args)))

@@ -1,0 +1,194 @@
+// Bindings of the sampler hot loops (functions lmtail._core.sampling_*), used by
+// python/lmtail/sampling. Each takes the candidate buffer (a 1-D numpy array of 12-byte records
+// laid out like llama_token_data) plus the [offset, offset + size) window the chain is using,
+// re-checks everything it dereferences, and releases the GIL around the loop.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/sampling.hpp"
+#include "lmtail/cpu.hpp"
+
+namespace py = pybind11;
+namespace smp = lmt::sampling;
+
+namespace {
+
+smp::TokenData *window(const py::array &buf, size_t offset, size_t size, bool writable = true) {
+    if (buf.ndim() != 1 || buf.itemsize() != (py::ssize_t)sizeof(smp::TokenData))
+        throw lmt::ArgumentError("candidates: expected a 1-D array of 12-byte token records; found ndim=" +
+                                 std::to_string(buf.ndim()) + " itemsize=" + std::to_string(buf.itemsize()));
+    if (!(buf.flags() & py::array::c_style)) throw lmt::ArgumentError("candidates: expected a C-contiguous buffer");
+    if (writable && !buf.writeable()) throw lmt::ArgumentError("candidates: expected a writable buffer");
+    if (offset > (size_t)buf.shape(0) || size > (size_t)buf.shape(0) - offset)
+        throw lmt::ArgumentError("candidates: window [" + std::to_string(offset) + ", " +
+                                 std::to_string(offset + size) + ") exceeds the buffer of " +
+                                 std::to_string(buf.shape(0)));
+    return static_cast<smp::TokenData *>(const_cast<void *>(buf.data())) + offset;
+}
+
+template <typename T>
+const T *vec_of(const py::array &a, const char *name) {
+    if (!a.dtype().is(py::dtype::of<T>()) || a.ndim() != 1 || !(a.flags() & py::array::c_style))
+        throw lmt::ArgumentError(std::string(name) + ": expected a C-contiguous 1-D array of " +
+                                 std::string(py::str(py::dtype::of<T>())) + "; found " +
+                                 std::string(py::str(a.dtype())) + " with ndim " + std::to_string(a.ndim()));
+    return static_cast<const T *>(a.data());
+}
+
+void need_nonempty(size_t size, const char *what) {
+    if (size == 0) throw lmt::ArgumentError(std::string(what) + ": the candidate array is empty");
+}
+
+}  // namespace
+
+void bind_sampling(py::module_ &m) {
+    m.def("sampling_fill",
+          [](py::array buf, py::array logits) {
+              const float *l = vec_of<float>(logits, "logits");
+              const size_t n = (size_t)logits.shape(0);
+              smp::TokenData *d = window(buf, 0, n);
+              py::gil_scoped_release nogil;
+              smp::fill(d, l, n);
+          },
+          py::arg("buf"), py::arg("logits"), "buf[i] = {id=i, logit=logits[i], p=0} for every logit");
+    m.def("sampling_greedy",
+          [](py::array buf, size_t off, size_t n) {
+              need_nonempty(n, "greedy");
+              smp::TokenData *d = window(buf, off, n, false);
+              py::gil_scoped_release nogil;
+              return smp::greedy(d, n);
+          });
+    m.def("sampling_temperature", [](py::array buf, size_t off, size_t n, float t) {
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::temperature(d, n, t);
+    });
+    m.def("sampling_sort", [](py::array buf, size_t off, size_t n, size_t npartial) {
+        if (npartial > n) throw lmt::ArgumentError("sort: npartial exceeds the size");
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::sort_desc_inplace(d, n, npartial);
+    });
+    m.def("sampling_bucket_sort", [](py::array buf, size_t off, size_t n, size_t npartial) {
+        if (npartial > n || npartial == 0) throw lmt::ArgumentError("bucket sort: need 0 < npartial <= size");
+        smp::TokenData *d = window(buf, off, n, false);
+        std::vector<smp::TokenData> out;
+        {
+            py::gil_scoped_release nogil;
+            smp::bucket_sort_desc(d, n, npartial, out);
+        }
+        py::array res(buf.dtype(), {(py::ssize_t)out.size()});
+        std::memcpy(res.mutable_data(), out.data(), out.size() * sizeof(smp::TokenData));
+        return res;
+    });
+    m.def("sampling_softmax", [](py::array buf, size_t off, size_t n, bool sorted) {
+        need_nonempty(n, "softmax");
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::softmax(d, n, sorted);
+    });
+    m.def("sampling_dist", [](py::array buf, size_t off, size_t n, bool sorted, double u) {
+        if (n < 2) throw lmt::ArgumentError("dist kernel: needs at least 2 candidates");
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        return smp::dist(d, n, sorted, u);
+    });
+    m.def("sampling_top_p", [](py::array buf, size_t off, size_t n, bool sorted, float p, size_t min_keep) {
+        need_nonempty(n, "top_p");
+        smp::TokenData *d = window(buf, off, n);
+        std::vector<smp::TokenData> scratch;
+        py::gil_scoped_release nogil;
+        return smp::top_p(d, n, sorted, p, min_keep, scratch);
+    });
+    m.def("sampling_min_p", [](py::array buf, size_t off, size_t n, bool sorted, float p, size_t min_keep) {
+        need_nonempty(n, "min_p");
+        smp::TokenData *d = window(buf, off, n);
+        size_t k;
+        {
+            py::gil_scoped_release nogil;
+            k = smp::min_p(d, n, &sorted, p, min_keep);
+        }
+        return py::make_tuple(k, sorted);
+    });
+    m.def("sampling_typical", [](py::array buf, size_t off, size_t n, float p, size_t min_keep) {
+        need_nonempty(n, "typical");
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        return smp::typical(d, n, p, min_keep);
+    });
+    m.def("sampling_temp_ext_dynamic", [](py::array buf, size_t off, size_t n, float t, float delta, float e) {
+        if (n < 2) throw lmt::ArgumentError("temp_ext kernel: needs at least 2 candidates");
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::temp_ext_dynamic(d, n, t, delta, e);
+    });
+    m.def("sampling_xtc_shift", [](py::array buf, size_t off, size_t n, float threshold, size_t min_keep) {
+        smp::TokenData *d = window(buf, off, n, false);
+        return smp::xtc_shift(d, n, threshold, min_keep);
+    });
+    m.def("sampling_top_n_sigma", [](py::array buf, size_t off, size_t n, float nsigma) {
+        need_nonempty(n, "top_n_sigma");
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::top_n_sigma(d, n, nsigma);
+    });
+    m.def("sampling_mirostat_k", [](py::array buf, size_t off, size_t n, int32_t m_, int32_t n_vocab, float mu) {
+        need_nonempty(n, "mirostat");
+        smp::TokenData *d = window(buf, off, n, false);
+        return smp::mirostat_k(d, n, m_, n_vocab, mu);
+    });
+    m.def("sampling_mirostat_v2_cut", [](py::array buf, size_t off, size_t n, float mu) {
+        smp::TokenData *d = window(buf, off, n, false);
+        return smp::mirostat_v2_cut(d, n, mu);
+    });
+    m.def("sampling_mirostat_mu", &smp::mirostat_mu);
+    m.def("sampling_penalties", [](py::array buf, size_t off, size_t n, py::array counts, float repeat, float freq,
+                                   float present) {
+        smp::TokenData *d = window(buf, off, n);
+        const int32_t *c = vec_of<int32_t>(counts, "counts");
+        const size_t nc = (size_t)counts.shape(0);
+        py::gil_scoped_release nogil;
+        smp::penalties(d, n, c, nc, repeat, freq, present);
+    });
+    m.def("sampling_dry", [](py::array buf, size_t off, size_t n, py::array max_len, float mult, float base,
+                             int32_t allowed) {
+        smp::TokenData *d = window(buf, off, n);
+        const int32_t *ml = vec_of<int32_t>(max_len, "max_len");
+        const size_t nl = (size_t)max_len.shape(0);
+        py::gil_scoped_release nogil;
+        smp::dry(d, n, ml, nl, mult, base, allowed);
+    });
+    m.def("sampling_adaptive_transform", [](py::array buf, size_t off, size_t n, float target) {
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::adaptive_transform(d, n, target);
+    });
+    m.def("sampling_discrete", [](py::array buf, size_t off, size_t n, double u, bool libcxx) {
+        need_nonempty(n, "discrete");
+        smp::TokenData *d = window(buf, off, n, false);
+        py::gil_scoped_release nogil;
+        return smp::discrete(d, n, u, libcxx);
+    });
+    m.def("sampling_server_probs", [](py::array buf, size_t off, size_t n, size_t n_top) {
+        need_nonempty(n, "server_probs");
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::server_probs(d, n, n_top);
+    });
+    m.def("sampling_sort_by_p", [](py::array buf, size_t off, size_t n) {
+        smp::TokenData *d = window(buf, off, n);
+        py::gil_scoped_release nogil;
+        smp::sort_by_p_desc(d, n);
+    });
+    // Scalar libm helpers (the platform's, as the reference build calls them).
+    m.def("sampling_expf", [](float x) { return expf(x); });
+    m.def("sampling_logf", [](float x) { return logf(x); });
+    m.def("sampling_log2f", [](float x) { return log2f(x); });
+    m.def("sampling_powf", [](float x, float y) { return powf(x, y); });
+    m.def("sampling_f2i", &smp::float_to_int_like_cpu);
+}

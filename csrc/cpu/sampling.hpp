@@ -1,0 +1,100 @@
+// Hot loops of the llama.cpp-exact samplers (python/lmtail/sampling). Internal header.
+//
+// Every kernel works on an array of TokenData laid out exactly like llama.cpp's
+// llama_token_data {int32 id; float logit; float p;} and reproduces the arithmetic of the
+// reference CPU path (src/llama-sampler.cpp of the pinned llama.cpp): float vs double precision,
+// sequential accumulation order, the platform libm (expf, logf, powf, log2f, exp, pow), and the
+// element order produced by std::sort / std::partial_sort of the standard library this file is
+// compiled against (GCC's libstdc++ on Linux reproduces a Linux llama.cpp build exactly).
+// The policy around them (parameter checks, RNG draws, state, chain order) lives in Python.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lmt::sampling {
+
+struct TokenData {
+    int32_t id;
+    float logit;
+    float p;
+};
+static_assert(sizeof(TokenData) == 12, "TokenData must match llama_token_data (12 bytes)");
+
+// float -> int as the reference build's CPU converts it (x86-64: NaN/inf/out of range give INT_MIN;
+// elsewhere: saturate, NaN -> 0). The C++ conversion of those values is undefined behaviour.
+int32_t float_to_int_like_cpu(float x);
+
+// {id = i, logit = logits[i], p = 0} for i in [0, n).
+void fill(TokenData *d, const float *logits, size_t n);
+
+// Index of the first strictly largest logit (scan from 0; NaN never wins unless at index 0).
+int64_t greedy(const TokenData *d, size_t n);
+
+// t <= 0: keep the first maximum in array order, set the rest to -inf; t > 0: logit /= t.
+void temperature(TokenData *d, size_t n, float t);
+
+// Descending partial sort of d[0, n) so that d[0, npartial) holds the top npartial:
+// std::partial_sort when npartial <= 128, else the 128-bucket sort over [-10, 10) (copied back).
+void sort_desc_inplace(TokenData *d, size_t n, size_t npartial);
+
+// The 128-bucket partial sort into `out` (d untouched). out.size() >= npartial on return.
+void bucket_sort_desc(const TokenData *d, size_t n, size_t npartial, std::vector<TokenData> &out);
+
+// p = expf(logit - max) / float sum. max = d[0].logit when `sorted`, else a std::max scan.
+void softmax(TokenData *d, size_t n, bool sorted);
+
+// llama.cpp's dist for n >= 2: float expf, double sums, first index whose running sum reaches
+// sum * u; probabilities normalised in the same pass. Returns the selected index.
+int64_t dist(TokenData *d, size_t n, bool sorted, double u);
+
+// top-p body after its softmax (not sorted: 256-candidate bucket guess, full-sort fallback).
+// Returns the new size; the kept prefix of d is sorted on return.
+size_t top_p(TokenData *d, size_t n, bool sorted, float p, size_t min_keep, std::vector<TokenData> &buf);
+
+// min-p. Returns the new size; *sorted is updated (the unsorted fast path leaves it false).
+size_t min_p(TokenData *d, size_t n, bool *sorted, float p, size_t min_keep);
+
+// typical body after a sorted softmax. Returns the new size (entries reordered by score).
+size_t typical(TokenData *d, size_t n, float p, size_t min_keep);
+
+// temp-ext body for delta > 0 after a sorted softmax (n >= 2).
+void temp_ext_dynamic(TokenData *d, size_t n, float temp, float delta, float exponent);
+
+// XTC after a sorted softmax: number of leading entries to drop (0: nothing removed).
+size_t xtc_shift(const TokenData *d, size_t n, float threshold, size_t min_keep);
+
+void top_n_sigma(TokenData *d, size_t n, float nsigma);
+
+// mirostat v1: the top-k size after a sorted softmax (max(int(k), 1)).
+int32_t mirostat_k(const TokenData *d, size_t n, int32_t m, int32_t n_vocab, float mu);
+// mirostat v2: number of leading entries whose surprise -log2f(p) <= mu.
+size_t mirostat_v2_cut(const TokenData *d, size_t n, float mu);
+// mu - eta * (-log2f(p) - tau), in float.
+float mirostat_mu(float mu, float eta, float tau, float p);
+
+// Repetition penalties from dense per-token counts (counts[id], 0 = absent).
+void penalties(TokenData *d, size_t n, const int32_t *counts, size_t n_counts, float repeat, float freq,
+               float present);
+
+// DRY penalties from dense per-token repeat lengths (INT32_MIN = absent).
+void dry(TokenData *d, size_t n, const int32_t *max_len, size_t n_len, float multiplier, float base,
+         int32_t allowed_length);
+
+// adaptive-p logit transform around `adapted_target` (entries at -inf untouched).
+void adaptive_transform(TokenData *d, size_t n, float adapted_target);
+
+// std::discrete_distribution over the p of d[0, n) given its uniform draw u.
+// libcxx = false: libstdc++ (lower_bound over normalised partial sums, last forced to 1).
+// libcxx = true: libc++ (upper_bound over the first n-1 partial sums, n-1 if none).
+int64_t discrete(const TokenData *d, size_t n, double u, bool libcxx);
+
+// Server logprobs (get_token_probabilities): partial sort of the n_top largest logits, then a
+// float softmax over the whole array in that order.
+void server_probs(TokenData *d, size_t n, size_t n_top);
+
+// std::sort by p descending (common_sampler_get_candidates(do_sort = true)).
+void sort_by_p_desc(TokenData *d, size_t n);
+
+}  // namespace lmt::sampling

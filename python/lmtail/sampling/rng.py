@@ -1,0 +1,192 @@
+"""``std::mt19937`` bit for bit, and the ways C++ standard libraries turn its words into draws.
+
+llama.cpp gives every stochastic sampler its own ``std::mt19937`` and draws from it through
+``std::uniform_real_distribution<double>`` (dist), ``<float>`` (XTC) and
+``std::discrete_distribution<int>`` (mirostat, mirostat v2, adaptive-p). The engine is fully
+specified by the C++ standard; the draws are not, so a seeded request replays identically only
+under the same *draw convention*:
+
+``"libstdc++"`` (GCC <= 15, every Linux llama.cpp build)
+    double: ``(g0 + g1 * 2**32) / 2**64`` with the sum rounded to 53 bits, ``nextafter(1, 0)`` if
+    that rounds to 1; float: ``float(g0) / 2**32`` with the same clamp. discrete_distribution
+    consumes **no** engine output when it has fewer than two weights.
+``"libc++"`` (LLVM, Apple clang: llama.cpp on macOS)
+    the same values without the clamp (a draw that rounds to 1 stays 1.0, probability ~2**-54);
+    discrete_distribution **always** consumes two words, even for a single weight.
+``"c++26"`` (GCC 16 libstdc++ in C++20 mode, MSVC STL >= 17.12: P0952R2)
+    truncating ``generate_canonical``: double ``floor(S / 2**11) / 2**53`` (S = g0 + g1 * 2**32),
+    float ``floor(g0 / 2**8) / 2**24``; discrete_distribution as libstdc++.
+    Not verified against a GCC-16 or MSVC build (none available here).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import struct
+
+import numpy as np
+
+from ..errors import ParameterError
+
+DEFAULT_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: "pick a random seed"
+STDLIBS = ("libstdc++", "libc++", "c++26")
+
+_N = 624
+_M = 397
+_UPPER = 0x80000000
+_LOWER = 0x7FFFFFFF
+_MATRIX_A = 0x9908B0DF
+_MASK32 = 0xFFFFFFFF
+_TWO32 = 4294967296.0
+_TWO64 = 18446744073709551616.0
+_ONE_BELOW = math.nextafter(1.0, 0.0) if hasattr(math, "nextafter") else 1.0 - 2.0 ** -53
+_ONE_BELOW_F32 = np.nextafter(np.float32(1.0), np.float32(0.0))
+_SNAP_MAGIC = b"MT19937\x01"
+
+
+def check_stdlib(stdlib) -> str:
+    if stdlib not in STDLIBS:
+        raise ParameterError(f"stdlib: expected one of {', '.join(STDLIBS)}; found {stdlib!r}")
+    return stdlib
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= 0xFFFFFFFF:
+        raise ParameterError(f"{name}: expected an integer in [0, 2**32 - 1]; found {seed!r}")
+    return int(seed)
+
+
+def random_seed() -> int:
+    """What llama.cpp's get_rng_seed(LLAMA_DEFAULT_SEED) returns on Linux: one random_device word."""
+    import os
+
+    return int.from_bytes(os.urandom(4), "little")
+
+
+class Mt19937:
+    """Bit-exact ``std::mt19937`` (32-bit Mersenne Twister, standard ``init_genrand`` seeding).
+
+    ``consumed`` counts the 32-bit outputs drawn since seeding. ``snapshot()`` returns the full
+    engine state as bytes and ``restore()`` resumes the exact output sequence from it.
+    """
+
+    __slots__ = ("_mt", "_idx", "consumed", "seed")
+
+    def __init__(self, seed: int = 5489):
+        self.reseed(seed)
+
+    def reseed(self, seed: int) -> None:
+        seed = check_seed(seed)
+        mt = [0] * _N
+        mt[0] = seed
+        for i in range(1, _N):
+            prev = mt[i - 1]
+            mt[i] = (1812433253 * (prev ^ (prev >> 30)) + i) & _MASK32
+        self._mt = mt
+        self._idx = _N
+        self.consumed = 0
+        self.seed = seed
+
+    def _twist(self) -> None:
+        mt = self._mt
+        for i in range(_N):
+            y = (mt[i] & _UPPER) | (mt[(i + 1) % _N] & _LOWER)
+            v = mt[(i + _M) % _N] ^ (y >> 1)
+            if y & 1:
+                v ^= _MATRIX_A
+            mt[i] = v
+        self._idx = 0
+
+    def __call__(self) -> int:
+        """The next 32-bit output (``engine()``)."""
+        if self._idx >= _N:
+            self._twist()
+        y = self._mt[self._idx]
+        self._idx += 1
+        self.consumed += 1
+        y ^= y >> 11
+        y ^= (y << 7) & 0x9D2C5680
+        y ^= (y << 15) & 0xEFC60000
+        y ^= y >> 18
+        return y
+
+    def discard(self, n: int) -> None:
+        for _ in range(n):
+            self()
+
+    # -- draws -------------------------------------------------------------------------------
+    def uniform_double(self, stdlib: str = "libstdc++") -> float:
+        """``uniform_real_distribution<double>(0, 1)``: two outputs."""
+        g0 = self()
+        g1 = self()
+        if stdlib == "c++26":
+            return float((g0 + (g1 << 32)) >> 11) / 9007199254740992.0
+        r = (float(g0) + float(g1) * _TWO32) / _TWO64
+        if r >= 1.0 and stdlib == "libstdc++":
+            r = _ONE_BELOW
+        return r
+
+    def uniform_float(self, stdlib: str = "libstdc++") -> np.float32:
+        """``uniform_real_distribution<float>(0, 1)``: one output, returned as float32."""
+        g0 = self()
+        if stdlib == "c++26":
+            return np.float32(g0 >> 8) / np.float32(16777216.0)
+        r = np.float32(g0) / np.float32(_TWO32)
+        if r >= np.float32(1.0) and stdlib == "libstdc++":
+            r = _ONE_BELOW_F32
+        return np.float32(r)
+
+    # -- state -------------------------------------------------------------------------------
+    def snapshot(self) -> bytes:
+        return _SNAP_MAGIC + struct.pack(f"<{_N}IIQI", *self._mt, self._idx, self.consumed, self.seed)
+
+    def restore(self, blob: bytes) -> None:
+        if not isinstance(blob, (bytes, bytearray)) or len(blob) != self.snapshot_size() or \
+                bytes(blob[:8]) != _SNAP_MAGIC:
+            raise ParameterError(f"Mt19937.restore: expected a {self.snapshot_size()}-byte snapshot from "
+                                 f"Mt19937.snapshot(); found {type(blob).__name__} of "
+                                 f"{len(blob) if hasattr(blob, '__len__') else '?'} bytes")
+        vals = struct.unpack(f"<{_N}IIQI", bytes(blob[8:]))
+        if vals[_N] > _N:
+            raise ParameterError(f"Mt19937.restore: corrupt snapshot (index {vals[_N]} > {_N})")
+        self._mt = list(vals[:_N])
+        self._idx, self.consumed, self.seed = vals[_N], vals[_N + 1], vals[_N + 2]
+
+    @staticmethod
+    def snapshot_size() -> int:
+        return 8 + 4 * _N + 4 + 8 + 4
+
+    def copy(self) -> "Mt19937":
+        c = Mt19937.__new__(Mt19937)
+        c._mt = list(self._mt)
+        c._idx, c.consumed, c.seed = self._idx, self.consumed, self.seed
+        return c
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Mt19937):
+            return NotImplemented
+        return self._state_tuple() == other._state_tuple()
+
+    def _state_tuple(self):
+        # Equal engines produce equal futures: compare the normalised state.
+        if self._idx >= _N:
+            c = self.copy()
+            c._twist()
+            return tuple(c._mt), 0
+        return tuple(self._mt), self._idx
+
+    __hash__ = None  # mutable
+
+    def __repr__(self) -> str:
+        return f"Mt19937(seed={self.seed}, consumed={self.consumed})"
+
+
+def discrete_draws(stdlib: str, n: int) -> int:
+    """Engine outputs one ``std::discrete_distribution`` draw over n weights consumes."""
+    if n < 2 and stdlib != "libc++":
+        return 0
+    return 2
+
+
+__all__ = ["Mt19937", "DEFAULT_SEED", "STDLIBS", "discrete_draws", "random_seed"]
