@@ -34,7 +34,9 @@ from _gguf_util import KV, RawGGUF, f32, head_model, u32
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_VOCAB = REPO.parent / "shared" / "vocab"
-SDIST = Path(os.environ.get("LMTAIL_LLAMA_SDIST", "/tmp/oracle/llama_cpp_python-0.3.36"))
+from oracle._lib import llama_sdist
+
+SDIST = llama_sdist()
 SDIST_LLAMA = SDIST / "vendor" / "llama.cpp"
 
 

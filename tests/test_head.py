@@ -168,3 +168,43 @@ def test_concurrent_callers_serialise_without_corruption():
     for t in threads:
         t.join()
     assert not errors
+
+
+def test_from_gguf_end_to_end(tmp_path):
+    from _gguf_util import head_model
+
+    path, arrays = head_model(tmp_path / "m.gguf", "gemma2", rows=40, cols=512, head="tied",
+                              kv={"gemma2.final_logit_softcapping": __import__("_gguf_util").f32(25.0)})
+    head = lmtail.Head.from_gguf(path)
+    assert (head.rows, head.cols, head.softcap, head.eps) == (40, 512, 25.0, np.float32(1e-5))
+    assert head.eog_ids == (2,)  # </s> from the planted vocabulary
+    h = hidden(2, 8)
+    want = ops.softcap(ops.matvec_q5_k(arrays["embd"], ops.rms_norm(h, arrays["norm"], eps=head.eps)), 1.0, 25.0)
+    assert np.array_equal(bits(head.logits(h)), bits(want))
+    assert head.greedy(h, exclude=head.eog_ids).tolist() == ops.greedy_argmax(want, exclude=[2]).tolist()
+
+
+def test_demo_with_gguf(tmp_path):
+    import subprocess
+    import sys
+
+    from _gguf_util import head_model
+
+    path, _ = head_model(tmp_path / "m.gguf", "llama", rows=300, cols=512)
+    r = subprocess.run([sys.executable, "-m", "lmtail", "demo", "--gguf", str(path), "--steps", "2", "--topk", "5"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "loaded" in r.stdout and "per-stage median ms" in r.stdout
+
+
+def test_from_gguf_command_r_layer_norm_and_logit_scale(tmp_path):
+    from _gguf_util import f32, head_model
+
+    path, arrays = head_model(tmp_path / "cr.gguf", "command-r", rows=40, cols=512, eps=None, head="tied",
+                              kv={"command-r.logit_scale": f32(0.0625),
+                                  "command-r.attention.layer_norm_epsilon": f32(1e-5)})
+    head = lmtail.Head.from_gguf(path)
+    assert head.norm_kind == "layer" and head.logit_scale == np.float32(0.0625) and head.softcap == 0.0
+    h = hidden(3, 9) + 2.0
+    want = ops.scale(ops.matvec_q5_k(arrays["embd"], ops.layer_norm(h, arrays["norm"], eps=head.eps)), 0.0625)
+    assert np.array_equal(bits(head.logits(h)), bits(want))

@@ -86,3 +86,29 @@ def test_unary_out_and_inputs_untouched():
         ops.scale(keep, 2.0, out=np.empty(3, np.float32))
     with pytest.raises(lmtail.ParameterError):
         ops.softcap(keep, math.inf, 20.0)
+
+
+@pytest.mark.parametrize("T,cols", [(1, 256), (3, 6656), (8, 777)])
+def test_layer_norm_matches_float64(T, cols):
+    rng = np.random.default_rng(T + cols)
+    x = (rng.standard_normal((T, cols)) * 3 + 5).astype(np.float32)  # non-zero mean
+    g = rng.standard_normal(cols).astype(np.float32)
+    y = ops.layer_norm(x, g, eps=1e-5)
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=1, keepdims=True)
+    ref = (x64 - mu) / np.sqrt(((x64 - mu) ** 2).mean(axis=1, keepdims=True) + 1e-5) * g
+    assert np.allclose(y, ref, rtol=3e-6, atol=3e-6)
+    assert np.array_equal(bits(ops.layer_norm(x, None)), bits(ops.layer_norm(x, np.ones(cols, np.float32))))
+
+
+def test_layer_norm_close_to_ggml_norm():
+    from oracle import _lib, graph
+
+    _lib.require()
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((4, 6656)) * 2 + 1).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, 6656).astype(np.float32)
+    ours = ops.layer_norm(x, g, eps=1e-5)
+    theirs = graph.norm_mul(x, g, eps=1e-5)
+    # ggml sums in float in its SIMD lane order; the two agree to a few ulps of the result.
+    assert np.allclose(ours, theirs, rtol=1e-5, atol=1e-5)

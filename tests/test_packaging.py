@@ -40,6 +40,9 @@ def test_cpp_program_builds_against_installed_package(tmp_path):
     ids, _ = head.topk(x, 3)
     assert out[2] == "topk " + " ".join(str(int(i)) for i in ids[0])
     assert out[3] == "error ok"
+    # The C++-level SIMD parity check (the same program tools/check_neon_qemu.sh runs on arm64).
+    r = subprocess.run([str(build / "isa_parity")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_committed_stubs_are_current(tmp_path):

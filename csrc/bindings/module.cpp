@@ -69,6 +69,8 @@ int64_t dim(const py::array &a, int d, const char *name) {
 }  // namespace
 
 void bind_sampling(py::module_ &m);  // csrc/bindings/sampling.cpp
+void bind_metal(py::module_ &m);     // csrc/bindings/metal.cpp
+void bind_cuda(py::module_ &m);      // csrc/bindings/cuda.cpp
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "lmtail C++ core (CPU backend kernels)";
@@ -117,6 +119,26 @@ PYBIND11_MODULE(_core, m) {
             }
             py::gil_scoped_release nogil;
             lmt::cpu::rms_norm(xp, gp, op, T, cols, eps);
+        },
+        py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
+
+    m.def(
+        "layer_norm",
+        [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
+            const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
+            expect_shape(x, "x", {T, cols});
+            expect_shape(out, "out", {T, cols});
+            const float *xp = data_of<float>(x, "x", false);
+            float *op = data_of<float>(out, "out", true);
+            const float *gp = nullptr;
+            py::array g;
+            if (!gamma.is_none()) {
+                g = gamma.cast<py::array>();
+                expect_shape(g, "gamma", {cols});
+                gp = data_of<float>(g, "gamma", false);
+            }
+            py::gil_scoped_release nogil;
+            lmt::cpu::layer_norm(xp, gp, op, T, cols, eps);
         },
         py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
 
@@ -256,6 +278,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("src"), py::arg("dst"), py::arg("threads") = 0);
 
     bind_sampling(m);
+    bind_metal(m);
+    bind_cuda(m);
 
     m.def(
         "read_bytes_checksum",

@@ -82,7 +82,7 @@ void bind_sampling(py::module_ &m) {
             py::gil_scoped_release nogil;
             smp::bucket_sort_desc(d, n, npartial, out);
         }
-        py::array res(buf.dtype(), {(py::ssize_t)out.size()});
+        py::array res(buf.dtype(), std::vector<py::ssize_t>{(py::ssize_t)out.size()});
         std::memcpy(res.mutable_data(), out.data(), out.size() * sizeof(smp::TokenData));
         return res;
     });
@@ -101,9 +101,8 @@ void bind_sampling(py::module_ &m) {
     m.def("sampling_top_p", [](py::array buf, size_t off, size_t n, bool sorted, float p, size_t min_keep) {
         need_nonempty(n, "top_p");
         smp::TokenData *d = window(buf, off, n);
-        std::vector<smp::TokenData> scratch;
         py::gil_scoped_release nogil;
-        return smp::top_p(d, n, sorted, p, min_keep, scratch);
+        return smp::top_p(d, n, sorted, p, min_keep);
     });
     m.def("sampling_min_p", [](py::array buf, size_t off, size_t n, bool sorted, float p, size_t min_keep) {
         need_nonempty(n, "min_p");
@@ -185,6 +184,54 @@ void bind_sampling(py::module_ &m) {
         py::gil_scoped_release nogil;
         smp::sort_by_p_desc(d, n);
     });
+    // Fresh-array kernels (fill fused with the chain's first sampler).
+    m.def("sampling_greedy_fresh", [](py::array logits) {
+        const float *x = vec_of<float>(logits, "logits");
+        const size_t n = (size_t)logits.shape(0);
+        need_nonempty(n, "greedy");
+        py::gil_scoped_release nogil;
+        return smp::greedy_fresh(x, n);
+    });
+    m.def("sampling_fill_top_k", [](py::array buf, py::array logits, size_t k) {
+        const float *x = vec_of<float>(logits, "logits");
+        const size_t n = (size_t)logits.shape(0);
+        if (k == 0 || k > n) throw lmt::ArgumentError("fill_top_k: need 0 < k <= n");
+        smp::TokenData *d = window(buf, 0, n);
+        py::gil_scoped_release nogil;
+        smp::fill_top_k(d, x, n, k);
+    });
+    m.def("sampling_fill_min_p", [](py::array buf, py::array logits, float p, size_t min_keep) {
+        const float *x = vec_of<float>(logits, "logits");
+        const size_t n = (size_t)logits.shape(0);
+        need_nonempty(n, "min_p");
+        smp::TokenData *d = window(buf, 0, n);
+        bool sorted = false;
+        size_t k;
+        {
+            py::gil_scoped_release nogil;
+            k = smp::fill_min_p(d, x, n, p, min_keep, &sorted);
+        }
+        return py::make_tuple(k, sorted);
+    });
+    m.def("sampling_fill_temperature", [](py::array buf, py::array logits, float t) {
+        const float *x = vec_of<float>(logits, "logits");
+        const size_t n = (size_t)logits.shape(0);
+        smp::TokenData *d = window(buf, 0, n);
+        py::gil_scoped_release nogil;
+        smp::fill_temperature(d, x, n, t);
+    });
+    m.def("sampling_fill_penalties", [](py::array buf, py::array logits, py::array counts, float repeat, float freq,
+                                        float present) {
+        const float *x = vec_of<float>(logits, "logits");
+        const size_t n = (size_t)logits.shape(0);
+        const int32_t *c = vec_of<int32_t>(counts, "counts");
+        const size_t nc = (size_t)counts.shape(0);
+        smp::TokenData *d = window(buf, 0, n);
+        py::gil_scoped_release nogil;
+        smp::fill_penalties(d, x, n, c, nc, repeat, freq, present);
+    });
+    m.def("sampling_set_threads", &smp::set_threads, py::arg("n"));
+    m.def("sampling_get_threads", &smp::get_threads);
     // Scalar libm helpers (the platform's, as the reference build calls them).
     m.def("sampling_expf", [](float x) { return expf(x); });
     m.def("sampling_logf", [](float x) { return logf(x); });

@@ -11,23 +11,34 @@ namespace lmt::cpu {
 namespace {
 
 // Unpack one block's 256 five-bit weights into bytes q[0..255] in weight order.
-static inline void q5k_unpack_block(const lmt_block_q5_K *b, uint8_t *q) {
+// Group g (64 weights) takes its 5th bits from qh bit 2g (low nibbles) and 2g+1 (high nibbles).
+// Each is moved to bit 4 with one 16-bit shift and masked: a shift of at most 4 cannot carry a
+// neighbouring byte's bit into bit 4, so no per-byte compare is needed (9 ops per group, was 11;
+// measured 0.62 -> see DESIGN.md).
+template <int G>
+static inline void q5k_unpack_group(const __m256i ql, const __m256i qh, uint8_t *q) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
-    const __m256i zero = _mm256_setzero_si256();
+    constexpr int s_lo = 4 - 2 * G, s_hi = 3 - 2 * G;  // left shift if > 0, right if < 0
+    __m256i b_lo, b_hi;
+    if constexpr (s_lo > 0) b_lo = _mm256_slli_epi16(qh, s_lo);
+    else if constexpr (s_lo < 0) b_lo = _mm256_srli_epi16(qh, -s_lo);
+    else b_lo = qh;
+    if constexpr (s_hi > 0) b_hi = _mm256_slli_epi16(qh, s_hi);
+    else b_hi = _mm256_srli_epi16(qh, -s_hi);
+    const __m256i lo = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(b_lo, bit4));
+    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(b_hi, bit4));
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * G), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * G + 32), hi);
+}
+
+static inline void q5k_unpack_block(const lmt_block_q5_K *b, uint8_t *q) {
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b->qh));
-    for (int g = 0; g < 4; ++g) {
-        const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b->qs + 32 * g));
-        const __m256i sel_lo = _mm256_set1_epi8((char)(1 << (2 * g)));
-        const __m256i sel_hi = _mm256_set1_epi8((char)(2 << (2 * g)));
-        // high bit set -> 0x10: andnot(qh&sel == 0, 0x10)
-        const __m256i h_lo = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, sel_lo), zero), bit4);
-        const __m256i h_hi = _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, sel_hi), zero), bit4);
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(ql, m4), h_lo);
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), h_hi);
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * g), lo);
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * g + 32), hi);
-    }
+    const auto *qs = reinterpret_cast<const __m256i *>(b->qs);
+    q5k_unpack_group<0>(_mm256_loadu_si256(qs + 0), qh, q);
+    q5k_unpack_group<1>(_mm256_loadu_si256(qs + 1), qh, q);
+    q5k_unpack_group<2>(_mm256_loadu_si256(qs + 2), qh, q);
+    q5k_unpack_group<3>(_mm256_loadu_si256(qs + 3), qh, q);
 }
 
 // d1[j] = d * sc[j], m1[j] = dmin * m[j] for the 8 sub-blocks (same roundings as the scalar path).

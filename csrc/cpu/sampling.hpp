@@ -22,6 +22,12 @@ struct TokenData {
 };
 static_assert(sizeof(TokenData) == 12, "TokenData must match llama_token_data (12 bytes)");
 
+// Threads for the large elementwise passes and per-bucket sorts (default 1, like llama.cpp).
+// Results never depend on it: only independent work (expf of each element, separate buckets) is
+// split; every order-dependent accumulation stays sequential.
+void set_threads(int n);
+int get_threads();
+
 // float -> int as the reference build's CPU converts it (x86-64: NaN/inf/out of range give INT_MIN;
 // elsewhere: saturate, NaN -> 0). The C++ conversion of those values is undefined behaviour.
 int32_t float_to_int_like_cpu(float x);
@@ -51,7 +57,7 @@ int64_t dist(TokenData *d, size_t n, bool sorted, double u);
 
 // top-p body after its softmax (not sorted: 256-candidate bucket guess, full-sort fallback).
 // Returns the new size; the kept prefix of d is sorted on return.
-size_t top_p(TokenData *d, size_t n, bool sorted, float p, size_t min_keep, std::vector<TokenData> &buf);
+size_t top_p(TokenData *d, size_t n, bool sorted, float p, size_t min_keep);
 
 // min-p. Returns the new size; *sorted is updated (the unsorted fast path leaves it false).
 size_t min_p(TokenData *d, size_t n, bool *sorted, float p, size_t min_keep);
@@ -96,5 +102,14 @@ void server_probs(TokenData *d, size_t n, size_t n_top);
 
 // std::sort by p descending (common_sampler_get_candidates(do_sort = true)).
 void sort_by_p_desc(TokenData *d, size_t n);
+
+// Fresh-array kernels: the same result as fill() followed by the named sampler on a new,
+// unsorted array (llama_sampler_sample's state), without writing the whole array first.
+int64_t greedy_fresh(const float *x, size_t n);
+void fill_top_k(TokenData *d, const float *x, size_t n, size_t k);  // 0 < k <= n; d[0, k) sorted
+size_t fill_min_p(TokenData *d, const float *x, size_t n, float p, size_t min_keep, bool *sorted);
+void fill_temperature(TokenData *d, const float *x, size_t n, float t);
+void fill_penalties(TokenData *d, const float *x, size_t n, const int32_t *counts, size_t n_counts, float repeat,
+                    float freq, float present);
 
 }  // namespace lmt::sampling

@@ -6,22 +6,39 @@
 // - expf/logf/powf/log2f/exp/pow are the platform libm's (what the reference build calls).
 #include "cpu/sampling.hpp"
 
+#include "core/thread_pool.hpp"
+
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 namespace lmt::sampling {
 
 namespace {
 
-inline bool logit_greater(const TokenData &a, const TokenData &b) { return a.logit > b.logit; }
+// llama.cpp's comparator ("a before b iff a.logit > b.logit"), as a function object so the sorts
+// inline it (a function pointer costs an indirect call per comparison; the order is the same).
+struct LogitGreater {
+    bool operator()(const TokenData &a, const TokenData &b) const { return a.logit > b.logit; }
+};
+constexpr LogitGreater logit_greater{};
 
 // std::max(a, b) returns a unless a < b (so a NaN in b is skipped, a NaN in a sticks).
 inline float std_max(float a, float b) { return (a < b) ? b : a; }
 
 }  // namespace
+
+namespace {
+std::atomic<int> g_threads{1};
+inline int threads() { return g_threads.load(std::memory_order_relaxed); }
+}  // namespace
+
+void set_threads(int n) { g_threads.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
+int get_threads() { return threads(); }
 
 int32_t float_to_int_like_cpu(float x) {
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__) || defined(_M_IX86)
@@ -72,17 +89,60 @@ void temperature(TokenData *d, size_t n, float t) {
     for (size_t i = 0; i < n; ++i) d[i].logit /= t;
 }
 
-void bucket_sort_desc(const TokenData *d, size_t n, size_t npartial, std::vector<TokenData> &out) {
+namespace {
+
+// The 128-bucket partial sort over [-10, 10), reading element i through src(i) (a TokenData array,
+// or raw logits for a fresh array: the result is the same as filling first).
+constexpr size_t kParallelMin = 16384;  // below this the per-bucket sorts run on the calling thread
+
+// A grow-only scratch buffer that is not value-initialised (TokenData and int are trivial), kept
+// per thread across calls: the bucket sort's temporaries cost no allocation or zeroing per token.
+template <typename T>
+struct GrowBuf {
+    std::unique_ptr<T[]> p;
+    size_t cap = 0;
+    T *get(size_t n) {
+        if (n > cap) {
+            p.reset(new T[n]);
+            cap = n;
+        }
+        return p.get();
+    }
+};
+
+// One bucket of the scattered output and how it is to be sorted.
+struct Segment {
+    TokenData *first;
+    size_t count;
+    size_t keep;
+    bool partial;  // the boundary bucket: std::partial_sort to keep (even when keep == count)
+};
+
+inline void sort_segment(const Segment &g) {
+    if (!g.partial) {
+        std::sort(g.first, g.first + g.count, logit_greater);
+    } else {
+        std::partial_sort(g.first, g.first + g.keep, g.first + g.count, logit_greater);
+    }
+}
+
+// First half of the bucket sort: histogram over 128 buckets on [-10, 10), the buckets needed to
+// cover npartial entries, and a stable scatter (array order within a bucket) into `out`.
+// segs[0..n_segs) lists those buckets from the highest; sorting each one (sort_segment) in any
+// order or lazily completes llama.cpp's partial sort. Returns n_segs.
+template <typename Src>
+int bucket_scatter(Src src, size_t n, size_t npartial, GrowBuf<TokenData> &out, size_t *n_out, Segment *segs) {
     constexpr int kBuckets = 128;
     constexpr float kLow = -10.0f;
     constexpr float kHigh = 10.0f;
     constexpr float kScale = kBuckets / (kHigh - kLow);
     constexpr float kOffset = -kLow * kScale;
 
-    std::vector<int> bucket(n);
+    thread_local GrowBuf<int> bucket_buf;
+    int *bucket = bucket_buf.get(n);
     int histo[kBuckets] = {0};
     for (size_t i = 0; i < n; ++i) {
-        const float x = kScale * d[i].logit;  // two separate roundings (no FMA), as in the reference
+        const float x = kScale * src(i).logit;  // two separate roundings (no FMA), as in the reference
         int b = float_to_int_like_cpu(x + kOffset);
         b = std::max(0, std::min(kBuckets - 1, b));
         bucket[i] = b;
@@ -95,28 +155,60 @@ void bucket_sort_desc(const TokenData *d, size_t n, size_t npartial, std::vector
         have += (size_t)histo[lowest];
         if (have >= npartial) break;
     }
-    out.resize(have);
+    TokenData *const base = out.get(have);
+    *n_out = have;
     TokenData *starts[kBuckets];
     {
-        TokenData *q = out.data();
+        TokenData *q = base;
         for (int j = kBuckets - 1; j >= lowest; --j) {
             starts[j] = q;
             q += histo[j];
         }
     }
-    // Stable scatter: array order within each bucket.
     for (size_t i = 0; i < n; ++i) {
         const int j = bucket[i];
-        if (j >= lowest) *starts[j]++ = d[i];
+        if (j >= lowest) *starts[j]++ = src(i);
     }
-    TokenData *q = out.data();
+    // Every fully kept bucket is std::sort-ed, the last one std::partial_sort-ed to what is still
+    // needed.
+    int n_segs = 0;
+    TokenData *q = base;
     size_t done = 0;
     for (int j = kBuckets - 1; j > lowest; --j) {
-        std::sort(q, q + histo[j], logit_greater);
+        segs[n_segs++] = Segment{q, (size_t)histo[j], (size_t)histo[j], false};
         q += histo[j];
         done += (size_t)histo[j];
     }
-    if (lowest >= 0) std::partial_sort(q, q + (npartial - done), q + histo[lowest], logit_greater);
+    if (lowest >= 0) segs[n_segs++] = Segment{q, (size_t)histo[lowest], npartial - done, true};
+    return n_segs;
+}
+
+// The full bucket partial sort into `out`; returns the number of entries written (>= npartial).
+template <typename Src>
+size_t bucket_sort_impl(Src src, size_t n, size_t npartial, GrowBuf<TokenData> &out) {
+    Segment segs[128];
+    size_t have = 0;
+    const int n_segs = bucket_scatter(src, n, npartial, out, &have, segs);
+    // The buckets are independent, so large inputs may sort them on the thread pool: the result
+    // is the same as sorting them one after the other.
+    if (have >= kParallelMin && threads() > 1) {
+        core::parallel_for(threads(), n_segs, [&](int64_t t) { sort_segment(segs[t]); });
+    } else {
+        for (int t = 0; t < n_segs; ++t) sort_segment(segs[t]);
+    }
+    return have;
+}
+
+inline auto array_src(const TokenData *d) {
+    return [d](size_t i) -> const TokenData & { return d[i]; };
+}
+
+}  // namespace
+
+void bucket_sort_desc(const TokenData *d, size_t n, size_t npartial, std::vector<TokenData> &out) {
+    GrowBuf<TokenData> tmp;
+    const size_t have = bucket_sort_impl(array_src(d), n, npartial, tmp);
+    out.assign(tmp.p.get(), tmp.p.get() + have);
 }
 
 void sort_desc_inplace(TokenData *d, size_t n, size_t npartial) {
@@ -124,81 +216,185 @@ void sort_desc_inplace(TokenData *d, size_t n, size_t npartial) {
         std::partial_sort(d, d + npartial, d + n, logit_greater);
         return;
     }
-    std::vector<TokenData> tmp;
-    bucket_sort_desc(d, n, npartial, tmp);
-    std::copy(tmp.data(), tmp.data() + npartial, d);
+    thread_local GrowBuf<TokenData> tmp;
+    bucket_sort_impl(array_src(d), n, npartial, tmp);
+    std::copy(tmp.p.get(), tmp.p.get() + npartial, d);
 }
+
+namespace {
+
+constexpr size_t kChunk = 16384;  // elementwise passes over more than 2 chunks use the thread pool
+
+// Whether an array of n is worth splitting over the thread pool.
+bool split(size_t n) { return n >= 2 * kChunk && threads() > 1; }
+
+// fn(begin, end) over [0, n) in chunks, on the thread pool for large n. Only for passes whose
+// elements are independent (expf, divisions): the results do not depend on the split.
+template <typename F>
+void for_chunks(size_t n, F fn) {
+    if (n < 2 * kChunk || threads() <= 1) {
+        fn((size_t)0, n);
+        return;
+    }
+    const int64_t tasks = (int64_t)((n + kChunk - 1) / kChunk);
+    core::parallel_for(threads(), tasks, [&](int64_t t) {
+        const size_t b = (size_t)t * kChunk;
+        fn(b, std::min(n, b + kChunk));
+    });
+}
+
+// The value of the sequential scan  mx = d[0].logit; mx = std::max(mx, d[i].logit)  (a NaN at
+// index 0 sticks; later NaNs are skipped; ties keep the earlier value, whose sign of zero cannot
+// change any logit - max). Chunked: every chunk's non-NaN maximum, combined in order.
+float scan_max(const TokenData *d, size_t n) {
+    const float first = d[0].logit;
+    if (first != first || n < 64) {
+        float mx = first;
+        for (size_t i = 1; i < n; ++i) mx = std_max(mx, d[i].logit);
+        return mx;
+    }
+    if (!split(n)) {  // four independent NaN-skipping maxima, combined after d[0]
+        float m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
+        size_t i = 1;
+        for (; i + 4 <= n; i += 4) {
+            m0 = std_max(m0, d[i].logit);
+            m1 = std_max(m1, d[i + 1].logit);
+            m2 = std_max(m2, d[i + 2].logit);
+            m3 = std_max(m3, d[i + 3].logit);
+        }
+        for (; i < n; ++i) m0 = std_max(m0, d[i].logit);
+        return std_max(std_max(std_max(std_max(first, m0), m1), m2), m3);
+    }
+    const size_t tasks = (n + kChunk - 1) / kChunk;
+    std::vector<float> part(tasks, -INFINITY);
+    core::parallel_for(threads(), (int64_t)tasks, [&](int64_t t) {
+        const size_t b = (size_t)t * kChunk, e = std::min(n, b + kChunk);
+        float mx = -INFINITY;
+        for (size_t i = b; i < e; ++i) mx = std_max(mx, d[i].logit);
+        part[(size_t)t] = mx;
+    });
+    float mx = first;
+    for (float v : part) mx = std_max(mx, v);
+    return mx;
+}
+
+// p_i = expf(logit_i - mx) for every i (independent: chunked).
+void exp_shifted(TokenData *d, size_t n, float mx) {
+    for_chunks(n, [d, mx](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) d[i].p = expf(d[i].logit - mx);
+    });
+}
+
+}  // namespace
 
 void softmax(TokenData *d, size_t n, bool sorted) {
     if (n == 0) return;
-    float mx = d[0].logit;
-    if (!sorted) {
-        for (size_t i = 1; i < n; ++i) mx = std_max(mx, d[i].logit);
+    const float mx = sorted ? d[0].logit : scan_max(d, n);
+    float sum = 0.0f;  // float, sequential, array order
+    if (split(n)) {
+        exp_shifted(d, n, mx);
+        for (size_t i = 0; i < n; ++i) sum += d[i].p;
+    } else {
+        for (size_t i = 0; i < n; ++i) {
+            const float p = expf(d[i].logit - mx);
+            d[i].p = p;
+            sum += p;
+        }
     }
-    float sum = 0.0f;
-    for (size_t i = 0; i < n; ++i) {
-        const float p = expf(d[i].logit - mx);
-        d[i].p = p;
-        sum += p;
-    }
-    for (size_t i = 0; i < n; ++i) d[i].p /= sum;
+    for_chunks(n, [d, sum](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) d[i].p /= sum;
+    });
 }
 
 int64_t dist(TokenData *d, size_t n, bool sorted, double u) {
-    float mx = d[0].logit;
-    if (!sorted) {
-        for (size_t i = 1; i < n; ++i) mx = std_max(mx, d[i].logit);
+    const float mx = sorted ? d[0].logit : scan_max(d, n);
+    double sum = 0.0;  // double, sequential, array order
+    if (split(n)) {
+        exp_shifted(d, n, mx);
+        for (size_t i = 0; i < n; ++i) sum += d[i].p;
+    } else {
+        for (size_t i = 0; i < n; ++i) {
+            const float p = expf(d[i].logit - mx);
+            d[i].p = p;
+            sum += p;
+        }
     }
-    double sum = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-        const float p = expf(d[i].logit - mx);
-        d[i].p = p;
-        sum += p;
-    }
+    // The running sum uses the unnormalised p (llama.cpp normalises each p after adding it).
     const double target = sum * u;
     double run = 0.0;
-    int64_t sel = -1;
+    int64_t sel = (int64_t)n - 1;  // not found (NaN sum): the last index
+    if (split(n)) {
+        for (size_t i = 0; i < n; ++i) {
+            run += d[i].p;
+            if (run >= target) {
+                sel = (int64_t)i;
+                break;
+            }
+        }
+        for_chunks(n, [d, sum](size_t b, size_t e) {
+            for (size_t i = b; i < e; ++i) d[i].p = (float)((double)d[i].p / sum);
+        });
+        return sel;
+    }
     size_t i = 0;
     for (; i < n; ++i) {
         run += d[i].p;
         d[i].p = (float)((double)d[i].p / sum);
         if (run >= target) {
-            sel = (int64_t)i;
-            ++i;
+            sel = (int64_t)i++;
             break;
         }
     }
     for (; i < n; ++i) d[i].p = (float)((double)d[i].p / sum);
-    return sel < 0 ? (int64_t)n - 1 : sel;
+    return sel;
 }
 
-size_t top_p(TokenData *d, size_t n, bool sorted, float p, size_t min_keep, std::vector<TokenData> &buf) {
+size_t top_p(TokenData *d, size_t n, bool sorted, float p, size_t min_keep) {
+    thread_local GrowBuf<TokenData> buf;
     size_t k = n;
     const TokenData *pd = d;
     bool use_buf = false;
     if (!sorted && n > 1024) {
         k = std::min<size_t>(256, n);
-        bucket_sort_desc(d, n, k, buf);
-        pd = buf.data();
+        bucket_sort_impl(array_src(d), n, k, buf);
+        pd = buf.p.get();
         use_buf = true;
     } else if (!sorted) {
         sort_desc_inplace(d, n, n);
     }
+    // When the 256-candidate guess is too small llama.cpp bucket-sorts the whole array. Here the
+    // whole array is scattered once and each bucket is sorted only when the walk (or the final
+    // copy) reaches it: the visited prefix is exactly the fully sorted one, the rest is never read.
+    Segment segs[128];
+    int n_segs = 0, next_seg = 0;
+    auto ensure_sorted = [&](size_t upto) {  // every bucket starting at or before position upto
+        while (next_seg < n_segs && (size_t)(segs[next_seg].first - buf.p.get()) <= upto) {
+            sort_segment(segs[next_seg++]);
+        }
+    };
+    bool full = false;
     float cum = 0.0f;
     size_t keep = n;
     for (size_t i = 0; i < n; ++i) {
+        if (full) ensure_sorted(i);
         cum += pd[i].p;
         if (cum >= p && i + 1 >= min_keep) {
             keep = i + 1;
             break;
         }
-        if (use_buf && i == k - 1) {  // the guess was too small: sort everything
+        if (use_buf && !full && i == k - 1) {  // the guess was too small
             k = n;
-            bucket_sort_desc(d, n, k, buf);
-            pd = buf.data();
+            size_t have = 0;
+            n_segs = bucket_scatter(array_src(d), n, n, buf, &have, segs);
+            next_seg = 0;
+            pd = buf.p.get();
+            full = true;
         }
     }
-    if (use_buf) std::copy(buf.data(), buf.data() + keep, d);
+    if (use_buf) {
+        if (full) ensure_sorted(keep - 1);
+        std::copy(buf.p.get(), buf.p.get() + keep, d);
+    }
     return keep;
 }
 
@@ -229,10 +425,15 @@ size_t min_p(TokenData *d, size_t n, bool *sorted, float p, size_t min_keep) {
 }
 
 size_t typical(TokenData *d, size_t n, float p, size_t min_keep) {
-    float entropy = 0.0f;
-    for (size_t i = 0; i < n; ++i) entropy += -d[i].p * logf(d[i].p);
+    // logf(p_i) is computed once and used twice (the reference calls logf twice: same values).
     std::vector<float> score(n);
-    for (size_t i = 0; i < n; ++i) score[i] = fabsf(-logf(d[i].p) - entropy);
+    float entropy = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+        const float lp = logf(d[i].p);
+        score[i] = lp;
+        entropy += -d[i].p * lp;
+    }
+    for (size_t i = 0; i < n; ++i) score[i] = fabsf(-score[i] - entropy);
     std::vector<size_t> order(n);
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return score[a] < score[b]; });
@@ -428,6 +629,102 @@ void server_probs(TokenData *d, size_t n, size_t n_top) {
 
 void sort_by_p_desc(TokenData *d, size_t n) {
     std::sort(d, d + n, [](const TokenData &a, const TokenData &b) { return a.p > b.p; });
+}
+
+// ---- fresh-array kernels: fill {i, logits[i], 0} fused with the first sampler ----------------------
+
+int64_t greedy_fresh(const float *x, size_t n) {
+    int64_t sel = 0;
+    for (size_t i = 1; i < n; ++i) {
+        if (x[i] > x[sel]) sel = (int64_t)i;
+    }
+    return sel;
+}
+
+void fill_top_k(TokenData *d, const float *x, size_t n, size_t k) {
+    if (k > 128) {
+        thread_local GrowBuf<TokenData> tmp;
+        bucket_sort_impl([x](size_t i) { return TokenData{(int32_t)i, x[i], 0.0f}; }, n, k, tmp);
+        std::copy(tmp.p.get(), tmp.p.get() + k, d);
+        return;
+    }
+#if defined(__GLIBCXX__)
+    // std::partial_sort(first, first + k, last) is __heap_select + __sort_heap in libstdc++; the
+    // heap-select visits every element past k once, so it can read them straight from the logits.
+    for (size_t i = 0; i < k; ++i) d[i] = TokenData{(int32_t)i, x[i], 0.0f};
+    auto comp = __gnu_cxx::__ops::__iter_comp_iter(logit_greater);
+    std::__make_heap(d, d + k, comp);
+    for (size_t i = k; i < n; ++i) {
+        if (x[i] > d[0].logit) {
+            TokenData v{(int32_t)i, x[i], 0.0f};
+            std::__adjust_heap(d, (ptrdiff_t)0, (ptrdiff_t)k, std::move(v), comp);
+        }
+    }
+    std::__sort_heap(d, d + k, comp);
+#else
+    fill(d, x, n);
+    std::partial_sort(d, d + k, d + n, logit_greater);
+#endif
+}
+
+size_t fill_min_p(TokenData *d, const float *x, size_t n, float p, size_t min_keep, bool *sorted) {
+    // One pass: an entry that passes the final threshold (max + logf(p)) also passes the
+    // threshold of the running max at its position (float rounding is monotonic), so collect
+    // those in order, then filter them with the final threshold.
+    const float lp = logf(p);
+    float mx = -FLT_MAX;
+    float lo_run = mx + lp;
+    size_t w = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const float v = x[i];
+        if (mx < v) {
+            mx = v;
+            lo_run = mx + lp;
+        }
+        if (v >= lo_run) d[w++] = TokenData{(int32_t)i, v, 0.0f};
+    }
+    const float lo = mx + lp;
+    size_t kept = 0;
+    for (size_t i = 0; i < w; ++i) {
+        if (d[i].logit >= lo) d[kept++] = d[i];
+    }
+    if (kept > 0 && kept >= min_keep) {
+        *sorted = false;
+        return kept;
+    }
+    fill(d, x, n);
+    *sorted = false;
+    return min_p(d, n, sorted, p, min_keep);
+}
+
+void fill_penalties(TokenData *d, const float *x, size_t n, const int32_t *counts, size_t n_counts, float repeat,
+                    float freq, float present) {
+    // Ids are 0..n-1 here, so counts[i] is the count of candidate i.
+    const size_t m = std::min(n, n_counts);
+    for (size_t i = 0; i < n; ++i) {
+        float l = x[i];
+        const int32_t c = i < m ? counts[i] : 0;
+        if (c > 0) {
+            if (l <= 0) {
+                l *= repeat;
+            } else {
+                l /= repeat;
+            }
+            const float a = (float)c * freq;
+            const float b = 1.0f * present;
+            l -= a + b;
+        }
+        d[i] = TokenData{(int32_t)i, l, 0.0f};
+    }
+}
+
+void fill_temperature(TokenData *d, const float *x, size_t n, float t) {
+    if (t <= 0.0f) {
+        fill(d, x, n);
+        temperature(d, n, t);
+        return;
+    }
+    for (size_t i = 0; i < n; ++i) d[i] = TokenData{(int32_t)i, x[i] / t, 0.0f};
 }
 
 }  // namespace lmt::sampling

@@ -14,11 +14,14 @@ from .errors import (
     BackendError,
     DTypeError,
     GGUFError,
+    GrammarError,
+    HazardError,
     LmtailError,
     NonFiniteLogitsError,
     ParameterError,
     ShapeError,
 )
+from .grammar import Grammar, GrammarMatcher, Vocab
 from .head import Head
 from .quant import dequantize_q5_k, quantize_q5_k
 
@@ -58,4 +61,9 @@ __all__ = [
     "DTypeError",
     "ParameterError",
     "BackendError",
+    "GrammarError",
+    "HazardError",
+    "Grammar",
+    "GrammarMatcher",
+    "Vocab",
 ]

@@ -44,6 +44,9 @@ def demo(argv=None) -> int:
     p.add_argument("--topk", type=int, default=40)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sample-seed", type=int, default=42,
+                   help="seed of the llama.cpp-exact common sampler chain (lmtail.sampling.common_chain)")
+    p.add_argument("--temp", type=float, default=0.8, help="common_chain temperature")
     a = p.parse_args(argv)
 
     if a.gguf:
@@ -56,7 +59,12 @@ def demo(argv=None) -> int:
           f"logit_scale={head.logit_scale} softcap={head.softcap} eog_ids={list(head.eog_ids)[:8]}")
     wbytes = head.weight.nbytes
     T = a.tokens
-    stats: dict[str, list] = {"norm": [], "head": [], "cap": [], "greedy": [], "topk": []}
+    stats: dict[str, list] = {"norm": [], "head": [], "cap": [], "greedy": [], "topk": [], "sample": []}
+    from lmtail.sampling import common_chain
+
+    sampler = common_chain(head.rows, seed=a.sample_seed, temp=a.temp)
+    print(f"sampler: {sampler!r} seed={a.sample_seed}")
+    sampled: list[int] = []
     for step in range(a.steps):
         h = (rng.standard_normal((T, head.cols)) * 2).astype(np.float32)
         tok = head.greedy(h)
@@ -66,14 +74,23 @@ def demo(argv=None) -> int:
         stats["greedy"].append(tm["select"])
         ids, vals = head.topk(h, a.topk)
         stats["topk"].append(head.last_timings["select"])
+        row = head.logits(h)[0]  # the full row of the first hidden state -> seeded sampling
+        t0 = time.perf_counter()
+        tok_s = sampler.sample(np.ascontiguousarray(row))
+        stats["sample"].append(time.perf_counter() - t0)
+        sampler.accept(tok_s)
+        sampled.append(tok_s)
         print(f"step {step}: greedy={tok.tolist()} top{a.topk}[:3]={ids[0, :3].tolist()} "
-              f"values={np.round(vals[0, :3], 4).tolist()}")
-    med = {k: float(np.median(v)) * 1e3 for k, v in stats.items()}
+              f"values={np.round(vals[0, :3], 4).tolist()} sampled={sampled[-1]}")
+    med = {k: float(np.median(v)) * 1e3 for k, v in stats.items() if v}
     print("\nper-stage median ms (T=%d): " % T + "  ".join(f"{k}={v:.3f}" for k, v in med.items()))
     print(f"head matvec: {wbytes / (med['head'] / 1e3) / 1e9:.1f} GB/s effective "
           f"({wbytes / 1e6:.1f} MB of Q5_K weights per step)")
     total = med["norm"] + med["head"] + med["cap"] + med["greedy"]
     print(f"greedy tail total: {total:.2f} ms/step; bytes read back per greedy row: 4")
+    if sampled:
+        print(f"seeded sampling (llama.cpp common chain, seed {a.sample_seed}): tokens {sampled} — the same "
+              f"seed and logits give the same tokens in llama.cpp")
     return 0
 
 

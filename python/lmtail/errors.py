@@ -34,6 +34,28 @@ class BackendError(LmtailError, ValueError):
     """An unknown backend name, or a backend not available on this machine/build."""
 
 
+class HazardError(LmtailError):
+    """metal-emu: two dispatches of a concurrent compute encoder touch one buffer, at least one
+    writing it, with no covering ``memoryBarrier`` in between. The message names both dispatches
+    (index and kernel) and the buffer (its label and binding)."""
+
+
+class GrammarError(LmtailError, ValueError):
+    """A GBNF grammar llama.cpp would refuse, or a token a grammar matcher cannot accept.
+
+    ``line`` and ``column`` (1-based, column counted in code points) locate the problem in the
+    grammar text; both are None when it has no single location (e.g. a token rejected by a matcher).
+    ``message`` is the bare description without the location.
+    """
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        self.message = message
+        self.line = line
+        self.column = column
+        where = f"line {line}, column {column}: " if line is not None else ""
+        super().__init__(where + message)
+
+
 __all__ = [
     "LmtailError",
     "NonFiniteLogitsError",
@@ -42,4 +64,5 @@ __all__ = [
     "DTypeError",
     "ParameterError",
     "BackendError",
+    "GrammarError",
 ]

@@ -1173,7 +1173,8 @@ def load_head_spec(
     if nk in ("layer", "layer_noweight") and not allow_layer_norm:
         raise GGUFError(
             f"{f.path}: architecture {arch!r} ends with a LayerNorm (llama.cpp {rule.source if rule else ''}); "
-            f"lmtail's head applies RMSNorm. Pass allow_layer_norm=True if you normalise the hidden state yourself"
+            f"load_head_spec refuses it by default; pass allow_layer_norm=True (lmtail.Head.from_gguf does, and applies "
+            f"the LayerNorm itself)"
         )
     norm: np.ndarray | None
     if nk in ("rms", "layer"):

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _backend
 from ._validate import finite_float, float32_array, q5k_weight, threads_arg, token_ids
-from .errors import NonFiniteLogitsError, ParameterError, ShapeError
+from .errors import BackendError, NonFiniteLogitsError, ParameterError, ShapeError
 from .ops import check_greedy
 
 
@@ -25,7 +25,9 @@ class Head:
 
     ``weight`` is a uint8 array (rows, cols/256*176) of Q5_K blocks, used without a copy when
     C-contiguous (e.g. a memory-mapped GGUF tensor). ``norm`` is the final RMSNorm's gamma
-    (cols,), or None when the hidden state arrives already normalised (no norm is applied). ``softcap <= 0`` disables the cap.
+    (cols,), or None when the hidden state arrives already normalised (no norm is applied).
+    ``norm_kind="layer"`` applies a LayerNorm without bias instead (command-r, cohere2: llama.cpp's
+    LLM_NORM), with ``norm`` as its optional weight. ``softcap <= 0`` disables the cap.
 
     Failure semantics (fail closed): any non-finite hidden value, pre-cap logit or capped logit
     raises :class:`lmtail.NonFiniteLogitsError`, and the previously published distribution stays
@@ -44,6 +46,7 @@ class Head:
         threads: Optional[int] = None,
         eog_ids=(),
         max_tokens: int = 8,
+        norm_kind: str = "rms",
     ) -> None:
         self._impl = _backend.get(backend)
         self._backend = backend
@@ -54,7 +57,12 @@ class Head:
                 raise ShapeError(f"norm: expected length {self._cols} (the head's cols); found {norm.shape[0]}")
             if not np.isfinite(norm).all():
                 raise ParameterError(f"norm: gamma must be finite; found {norm[~np.isfinite(norm)][0]}")
+        if norm_kind not in ("rms", "layer"):
+            raise ParameterError(f"norm_kind: expected 'rms' or 'layer'; found {norm_kind!r}")
+        if norm_kind == "layer" and not hasattr(self._impl, "layer_norm"):
+            raise BackendError(f"backend {backend!r} has no layer_norm; LayerNorm heads run on 'cpu'")
         self._norm = norm
+        self._norm_kind = norm_kind
         self._scale = finite_float(logit_scale, "logit_scale")
         self._softcap = finite_float(softcap, "softcap")
         self._eps = finite_float(eps, "eps")
@@ -64,6 +72,13 @@ class Head:
         self._eog = tuple(int(i) for i in token_ids(eog_ids, self._rows, "eog_ids"))
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             raise ParameterError(f"max_tokens: expected an integer >= 1; found {max_tokens!r}")
+        self._device = None
+        if backend == "cuda":
+            # Weights uploaded once; the tail runs on the device and only the route's bytes come back.
+            if norm_kind == "layer":
+                raise BackendError("backend 'cuda' has no layer_norm yet; LayerNorm heads run on 'cpu'")
+            self._device = self._impl.DeviceHead(self._weight, self._cols, norm, 1 if norm is not None else 0,
+                                                 self._eps, self._scale, self._softcap, max_tokens)
         self._lock = threading.Lock()
         self._published = np.zeros((max_tokens, self._rows), dtype=np.float32)
         self._published_T = 0
@@ -87,7 +102,9 @@ class Head:
         the logit scale and soft cap (llama.cpp's per-architecture semantics) and the EOG ids."""
         from .gguf_model import load_head_spec
 
-        spec = load_head_spec(os.fspath(path), logit_scale=logit_scale, softcap=softcap)
+        spec = load_head_spec(os.fspath(path), logit_scale=logit_scale, softcap=softcap, allow_layer_norm=True)
+        if spec.norm_kind not in ("rms", "layer", "none"):  # pragma: no cover - loader contract
+            raise ParameterError(f"unsupported final norm {spec.norm_kind!r}")
         head = cls(
             spec.weight,
             spec.norm,
@@ -97,6 +114,7 @@ class Head:
             backend=backend,
             threads=threads,
             eog_ids=[i for i in spec.eog_ids if i < spec.rows],
+            norm_kind="layer" if spec.norm_kind == "layer" else "rms",
         )
         head.path = os.fspath(path)
         head.spec = spec
@@ -128,6 +146,10 @@ class Head:
         return self._softcap
 
     @property
+    def norm_kind(self) -> str:
+        return self._norm_kind
+
+    @property
     def eps(self) -> float:
         return self._eps
 
@@ -154,13 +176,31 @@ class Head:
             pub[: self._published.shape[0]] = self._published
             self._published = pub
 
+    def _device_tail(self, h2: np.ndarray) -> None:
+        t0 = time.perf_counter()
+        if not self._device.run_tail(h2):
+            raise NonFiniteLogitsError("logits before the soft cap: non-finite value (device latch)")
+        self.last_timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
+
     def _tail(self, h2: np.ndarray) -> np.ndarray:
         """Norm -> head -> scale -> cap into the staging buffer; fail closed on non-finite values."""
+        if self._device is not None:
+            T = h2.shape[0]
+            self._ensure_capacity(T)
+            self._device_tail(h2)
+            logits = self._staging[:T]
+            self._device.read_logits(logits)
+            if not np.isfinite(logits).all():
+                raise NonFiniteLogitsError(f"logits after scale/soft cap: non-finite value at {_first_nonfinite(logits)}")
+            return logits
         impl, th = self._impl, self._threads
         T = h2.shape[0]
         self._ensure_capacity(T)
         t0 = time.perf_counter()
-        if self._norm is not None:
+        if self._norm_kind == "layer":
+            normed = self._normed[:T]
+            impl.layer_norm(h2, self._norm, normed, self._eps)
+        elif self._norm is not None:
             normed = self._normed[:T]
             impl.rms_norm(h2, self._norm, normed, self._eps)
         else:  # no final norm: the caller's hidden state is already normalised
@@ -205,8 +245,15 @@ class Head:
             excl = token_ids(exclude, self._rows, "exclude")
             if excl.size >= self._rows:
                 raise ParameterError(f"exclude: excludes all {self._rows} token ids; nothing left to choose")
-            logits = self._tail(h2)
             out = np.empty(h2.shape[0], dtype=np.uint32)
+            if self._device is not None:  # route B: 4 bytes per row leave the device
+                self._device_tail(h2)
+                t0 = time.perf_counter()
+                self._device.greedy(excl, out)
+                self.last_timings["select"] = time.perf_counter() - t0
+                check_greedy(out, self._rows, excl.size)
+                return out
+            logits = self._tail(h2)
             t0 = time.perf_counter()
             self._impl.greedy_argmax_rows(logits, excl, out, self._threads)
             self.last_timings["select"] = time.perf_counter() - t0
@@ -219,10 +266,18 @@ class Head:
             h2 = self._hidden(hidden)
             if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self._rows:
                 raise ParameterError(f"k: expected an integer in [1, {self._rows}]; found {k!r}")
-            logits = self._tail(h2)
             T = h2.shape[0]
             ids = np.empty((T, int(k)), dtype=np.uint32)
             vals = np.empty((T, int(k)), dtype=np.float32)
+            if self._device is not None:  # route C: k candidates per row leave the device
+                self._device_tail(h2)
+                t0 = time.perf_counter()
+                self._device.topk(int(k), ids, vals)
+                self.last_timings["select"] = time.perf_counter() - t0
+                if not np.isfinite(vals).all():
+                    raise NonFiniteLogitsError("top-k: non-finite candidate value")
+                return ids, vals
+            logits = self._tail(h2)
             t0 = time.perf_counter()
             self._impl.topk_rows(logits, int(k), ids, vals, self._threads)
             self.last_timings["select"] = time.perf_counter() - t0
@@ -231,5 +286,5 @@ class Head:
     def __repr__(self) -> str:
         return (
             f"Head(rows={self._rows}, cols={self._cols}, backend={self._backend!r}, logit_scale={self._scale}, "
-            f"softcap={self._softcap}, eps={self._eps}, norm={'yes' if self._norm is not None else 'no'})"
+            f"softcap={self._softcap}, eps={self._eps}, norm={self._norm_kind if self._norm is not None or self._norm_kind == 'layer' else 'none'})"
         )

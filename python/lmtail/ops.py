@@ -25,9 +25,9 @@ import numpy as np
 
 from . import _backend
 from ._validate import finite_float, float32_array, q5k_weight, threads_arg, token_ids
-from .errors import NonFiniteLogitsError, ParameterError, ShapeError
+from .errors import BackendError, NonFiniteLogitsError, ParameterError, ShapeError
 
-__all__ = ["rms_norm", "matvec_q5_k", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk"]
+__all__ = ["rms_norm", "layer_norm", "matvec_q5_k", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk"]
 
 
 def _out_like(x: np.ndarray, out: Optional[np.ndarray], name: str = "out") -> np.ndarray:
@@ -55,6 +55,26 @@ def rms_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-
         raise ParameterError(f"eps: expected >= 0; found {eps}")
     out = np.empty_like(x2)
     impl.rms_norm(x2, g, out, eps)
+    return out.reshape(x.shape)
+
+
+def layer_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-5, *, backend: str = "cpu") -> np.ndarray:
+    """LayerNorm of each row without bias: ``(x - mean) / sqrt(var + eps) * gamma`` (sums in double)."""
+    impl = _backend.get(backend)
+    if not hasattr(impl, "layer_norm"):
+        raise BackendError(f"layer_norm is not implemented on backend {backend!r}")
+    x = float32_array(x, "x")
+    x2 = x.reshape(-1, x.shape[-1])
+    g = None
+    if gamma is not None:
+        g = float32_array(gamma, "gamma", ndims=(1,))
+        if g.shape[0] != x.shape[-1]:
+            raise ShapeError(f"gamma: expected length {x.shape[-1]} (the row length of x); found {g.shape[0]}")
+    eps = finite_float(eps, "eps")
+    if eps < 0:
+        raise ParameterError(f"eps: expected >= 0; found {eps}")
+    out = np.empty_like(x2)
+    impl.layer_norm(x2, g, out, eps)
     return out.reshape(x.shape)
 
 

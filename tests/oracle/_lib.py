@@ -49,3 +49,20 @@ def require():
         lib_dir()
     except OracleUnavailable as e:  # pragma: no cover - depends on the environment
         pytest.skip(str(e))
+
+
+def llama_sdist() -> Path:
+    """Root of the unpacked llama-cpp-python 0.3.36 sdist (grammars, vocab files, parser tests).
+
+    LMTAIL_LLAMA_SDIST if set; else .oracle-src/ in the repo (where .ci/run unpacks it); else
+    /tmp/oracle/. Tests that need it skip with a visible reason when it is absent.
+    """
+    env = os.environ.get("LMTAIL_LLAMA_SDIST")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2]
+    for cand in (repo / ".oracle-src" / f"llama_cpp_python-{ORACLE_VERSION}",
+                 Path("/tmp/oracle") / f"llama_cpp_python-{ORACLE_VERSION}"):
+        if cand.is_dir():
+            return cand
+    return repo / ".oracle-src" / f"llama_cpp_python-{ORACLE_VERSION}"

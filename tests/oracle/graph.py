@@ -91,6 +91,7 @@ class _Api:
         self.scale = _decl(base, "ggml_scale", P, P, P, c_float)
         self.tanh = _decl(base, "ggml_tanh", P, P, P)
         self.rms_norm = _decl(base, "ggml_rms_norm", P, P, P, c_float)
+        self.norm = _decl(base, "ggml_norm", P, P, P, c_float)
         self.mul = _decl(base, "ggml_mul", P, P, P, P)
         self.argmax = _decl(base, "ggml_argmax", P, P, P)
         self.top_k = _decl(base, "ggml_top_k", P, P, P, c_int)
@@ -339,6 +340,24 @@ def rms_norm_mul(x, gamma, eps: float = 1e-5, threads: int = 1, fuse: bool = Tru
             g.build(ty)
         else:
             g.build(tn, ty)  # tn flagged OUTPUT -> ggml_can_fuse refuses
+        g.compute(threads)
+        return g.read(ty, np.float32, shape)
+
+
+def norm_mul(x, gamma, eps: float = 1e-5, threads: int = 1) -> np.ndarray:
+    """ggml_mul(ggml_norm(x, eps), gamma): llama.cpp's LLM_NORM final norm without bias."""
+    x2, shape = _as_rows_f32(x, "x")
+    g_ = np.ascontiguousarray(np.asarray(gamma, dtype=np.float32))
+    rows, n = x2.shape
+    with _Graph(data_bytes=3 * x2.nbytes + g_.nbytes + 256, n_tensors=4) as g:
+        tx = g.new_2d(GGML_TYPE_F32, n, rows)
+        tg = g.new_1d(GGML_TYPE_F32, n)
+        g.a.set_input(tx)
+        g.a.set_input(tg)
+        g.write(tx, x2)
+        g.write(tg, g_)
+        ty = g.a.mul(g.ctx, g.a.norm(g.ctx, tx, _f32(eps)), tg)
+        g.build(ty)
         g.compute(threads)
         return g.read(ty, np.float32, shape)
 

@@ -52,6 +52,10 @@ int default_threads();
 // Sum of squares in double, in index order (cols is small; this is the accuracy-first choice).
 void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
 
+// y[t, :] = (x[t, :] - mean) / sqrt(var + eps) * gamma   (LayerNorm without bias; gamma may be null)
+// Mean and variance accumulated in double in index order.
+void layer_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
+
 // logits[t, r] = sum_c dequant(W)[r, c] * x[t, c] for t in [0, T), r in [0, rows).
 // W: rows x (cols/256) Q5_K blocks, row stride row_stride bytes (>= cols/256*176).
 // Reads every weight block once for all T activation rows. Activations stay f32.

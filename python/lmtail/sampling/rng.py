@@ -52,7 +52,7 @@ def check_stdlib(stdlib) -> str:
 
 
 def check_seed(seed, name: str = "seed") -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= 0xFFFFFFFF:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= 0xFFFFFFFF:
         raise ParameterError(f"{name}: expected an integer in [0, 2**32 - 1]; found {seed!r}")
     return int(seed)
 
@@ -176,7 +176,7 @@ class Mt19937:
             return tuple(c._mt), 0
         return tuple(self._mt), self._idx
 
-    __hash__ = None  # mutable
+    __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
         return f"Mt19937(seed={self.seed}, consumed={self.consumed})"

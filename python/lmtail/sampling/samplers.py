@@ -7,14 +7,13 @@ The numeric loops run in ``lmtail._core`` (platform expf/logf, the reference pre
 libstdc++ sort order); the policy below reads like the reference.
 
 Parameters are stored as float32 exactly as the C API receives them. Where llama.cpp disables a
-sampler at init (``init_*`` returns the no-op "?name" sampler) :func:`make` returns
+sampler at init (``init_*`` returns the no-op "?name" sampler) ``chain.build_sampler`` returns
 :class:`Empty`, so chains print and behave the same.
 """
 
 from __future__ import annotations
 
 import collections
-import math
 import numbers
 
 import numpy as np
@@ -100,7 +99,6 @@ def _real(v, name):
 # ---- samplers ---------------------------------------------------------------------------------
 class Sampler:
     name = "?"
-    rng: Mt19937 | None = None
 
     def apply(self, c: Candidates) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -123,6 +121,8 @@ class Sampler:
 
 class _Seeded(Sampler):
     """A sampler owning an mt19937 seeded like llama.cpp's get_rng_seed(seed)."""
+
+    rng: Mt19937
 
     def __init__(self, seed: int, stdlib: str):
         self.seed = check_seed(seed)
@@ -200,6 +200,15 @@ class TopK(Sampler):
     def apply(self, c: Candidates) -> None:
         top_k_impl(c, self.k)
 
+    def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Fill fused with top-k on a fresh array (same result as fill + apply)."""
+        k = min(self.k, len(logits))
+        if k <= 0:
+            return False
+        _core.sampling_fill_top_k(c.buf, logits, k)
+        c.size, c.sorted = k, True
+        return True
+
 
 class TopP(Sampler):
     """llama_sampler_init_top_p(p, min_keep). p >= 1 disables it. Softmax in array order, then a
@@ -237,6 +246,13 @@ class MinP(Sampler):
         k, srt = _core.sampling_min_p(c.buf, c.offset, c.size, c.sorted, self.p, self.min_keep)
         c.size, c.sorted = int(k), bool(srt)
 
+    def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        if self.p <= 0.0:
+            return False
+        k, srt = _core.sampling_fill_min_p(c.buf, logits, self.p, self.min_keep)
+        c.size, c.sorted = int(k), bool(srt)
+        return True
+
 
 class Typical(Sampler):
     """llama_sampler_init_typical(p, min_keep). p >= 1 disables it. Reproduces llama.cpp exactly,
@@ -269,6 +285,10 @@ class Temp(Sampler):
     def apply(self, c: Candidates) -> None:
         _core.sampling_temperature(c.buf, c.offset, c.size, self.t)
 
+    def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        _core.sampling_fill_temperature(c.buf, logits, self.t)
+        return True
+
 
 class TempExt(Sampler):
     """llama_sampler_init_temp_ext(t, delta, exponent): dynamic temperature for delta > 0 (entropy
@@ -290,6 +310,12 @@ class TempExt(Sampler):
             _core.sampling_temp_ext_dynamic(c.buf, c.offset, c.size, self.t, self.delta, self.exponent)
         else:
             _core.sampling_temperature(c.buf, c.offset, c.size, self.t)
+
+    def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        if self.delta > 0:
+            return False
+        _core.sampling_fill_temperature(c.buf, logits, self.t)
+        return True
 
 
 class XTC(_Seeded):
@@ -334,7 +360,25 @@ class TopNSigma(Sampler):
         _core.sampling_top_n_sigma(c.buf, c.offset, c.size, self.n)
 
 
-class Mirostat(_Seeded):
+class _MuSeeded(_Seeded):
+    """Seeded sampler with mirostat's mu (reset to 2 tau)."""
+
+    tau: np.float32
+    mu: np.float32
+
+    def reset(self) -> None:
+        self.mu = f32(f32(2.0) * self.tau)
+        super().reset()
+
+    def get_state(self) -> dict:
+        return {**super().get_state(), "mu": float(self.mu)}
+
+    def set_state(self, st: dict) -> None:
+        super().set_state(st)
+        self.mu = f32(st["mu"])
+
+
+class Mirostat(_MuSeeded):
     """llama_sampler_init_mirostat(n_vocab, seed, tau, eta, m). mu starts at 2 tau and is updated
     inside apply (so a draw later rejected by a grammar still moves it). Selection uses
     std::discrete_distribution (stdlib-dependent draw count)."""
@@ -359,19 +403,9 @@ class Mirostat(_Seeded):
         c.selected = idx
         self.mu = f32(_core.sampling_mirostat_mu(self.mu, self.eta, self.tau, c.buf["p"][c.offset + idx]))
 
-    def reset(self) -> None:
-        self.mu = f32(f32(2.0) * self.tau)
-        super().reset()
-
-    def get_state(self) -> dict:
-        return {**super().get_state(), "mu": float(self.mu)}
-
-    def set_state(self, st: dict) -> None:
-        super().set_state(st)
-        self.mu = f32(st["mu"])
 
 
-class MirostatV2(_Seeded):
+class MirostatV2(_MuSeeded):
     """llama_sampler_init_mirostat_v2(seed, tau, eta): truncate the sorted softmax at the first
     token whose surprise -log2f(p) exceeds mu (keeping at least one), renormalise, draw with
     std::discrete_distribution, update mu inside apply."""
@@ -392,9 +426,6 @@ class MirostatV2(_Seeded):
         c.selected = idx
         self.mu = f32(_core.sampling_mirostat_mu(self.mu, self.eta, self.tau, c.buf["p"][c.offset + idx]))
 
-    reset = Mirostat.reset
-    get_state = Mirostat.get_state
-    set_state = Mirostat.set_state
 
 
 class Penalties(Sampler):
@@ -435,6 +466,13 @@ class Penalties(Sampler):
             return
         _core.sampling_penalties(c.buf, c.offset, c.size, self.counts, self.repeat, self.freq, self.present)
         c.sorted = False
+
+    def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        if self.disabled(self.last_n, self.repeat, self.freq, self.present):
+            return False
+        _core.sampling_fill_penalties(c.buf, logits, self.counts, self.repeat, self.freq, self.present)
+        c.sorted = False
+        return True
 
     def reset(self) -> None:
         self.prev.clear()

@@ -1,0 +1,231 @@
+// CUDA backend check and benchmark on the seed's head (202048 x 6656 Q5_K): every kernel against
+// the CPU backend, then device time (CUDA events) and host wall time of each stage and of the
+// whole greedy tail captured in a CUDA graph. Usage: lmtail_cuda_check [rows] [cols] [reps]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/common.cuh"
+#include "cuda/launch.hpp"
+#include "lmtail/cpu.hpp"
+
+using namespace lmt;
+
+static double wall_ms(std::chrono::steady_clock::time_point a) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+}
+
+template <typename F>
+static void time_it(const char *name, int reps, double bytes, F &&f) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 3; ++i) f();
+    cudaDeviceSynchronize();
+    std::vector<float> dev;
+    std::vector<double> host;
+    for (int i = 0; i < reps; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        cudaEventRecord(e0);
+        f();
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        host.push_back(wall_ms(t0));
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        dev.push_back(ms);
+    }
+    std::sort(dev.begin(), dev.end());
+    std::sort(host.begin(), host.end());
+    const double d = dev[dev.size() / 2], h = host[host.size() / 2];
+    std::printf("%-44s device %9.4f ms  host %9.4f ms", name, d, h);
+    if (bytes > 0) std::printf("  %7.1f GB/s", bytes / (d * 1e-3) / 1e9);
+    std::printf("\n");
+}
+
+int main(int argc, char **argv) {
+    const int rows = argc > 1 ? std::atoi(argv[1]) : 202048;
+    const int cols = argc > 2 ? std::atoi(argv[2]) : 6656;
+    const int reps = argc > 3 ? std::atoi(argv[3]) : 51;
+    if (rows < 200 || cols % 256 != 0) {
+        std::fprintf(stderr, "need rows >= 200 and cols a multiple of 256\n");
+        return 2;
+    }
+    const int slab = std::min(rows, 4096);
+    const size_t row_bytes = (size_t)cols / 256 * 176;
+    std::mt19937 rng(42);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    std::vector<float> wf((size_t)slab * cols);
+    for (auto &v : wf) v = nd(rng);
+    std::vector<uint8_t> q((size_t)rows * row_bytes);
+    cpu::quantize_q5_k(wf.data(), q.data(), slab, cols);
+    for (int r = slab; r < rows; ++r) std::memcpy(&q[(size_t)r * row_bytes], &q[(size_t)(r % slab) * row_bytes], row_bytes);
+    const int Tmax = 8;
+    std::vector<float> hidden((size_t)Tmax * cols), gamma(cols);
+    std::normal_distribution<float> hn(0.0f, 2.0f);
+    for (auto &v : hidden) v = hn(rng);
+    for (auto &v : gamma) v = 0.8f + 0.4f * (float)(rng() % 1000) / 1000.0f;
+    const float s = 0.196116f, cap = 20.0f;
+
+    // CPU reference (lmtail's CPU backend).
+    std::vector<float> normed((size_t)Tmax * cols), ref((size_t)Tmax * rows);
+    cpu::rms_norm(hidden.data(), gamma.data(), normed.data(), Tmax, cols, 1e-5f);
+    cpu::matvec_q5_k(q.data(), rows, cols, row_bytes, normed.data(), Tmax, ref.data());
+    std::vector<float> ref_capped = ref;
+    cpu::softcap(ref_capped.data(), (int64_t)Tmax * rows, s, cap, true);
+    std::vector<uint32_t> ref_arg(Tmax);
+    cpu::argmax_rows(ref_capped.data(), Tmax, rows, ref_arg.data());
+
+    // Device buffers.
+    uint8_t *dW;
+    float *dH, *dG, *dN, *dL;
+    uint64_t *dKey, *dTopScratch;
+    uint32_t *dBad, *dOut, *dIds;
+    float *dVals;
+    const int n_chunks = (rows + 1023) / 1024;
+    const int K = 40;
+    LMT_CUDA_CHECK(cudaMalloc(&dW, q.size()));
+    LMT_CUDA_CHECK(cudaMalloc(&dH, hidden.size() * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&dG, gamma.size() * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&dN, normed.size() * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&dL, ref.size() * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&dKey, (size_t)Tmax * n_chunks * 8));
+    LMT_CUDA_CHECK(cudaMalloc(&dBad, (size_t)Tmax * n_chunks * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&dOut, Tmax * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&dTopScratch, cuda::topk_scratch_elems(Tmax, rows, K) * 8));
+    LMT_CUDA_CHECK(cudaMalloc(&dIds, (size_t)Tmax * K * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&dVals, (size_t)Tmax * K * 4));
+    LMT_CUDA_CHECK(cudaMemcpy(dW, q.data(), q.size(), cudaMemcpyHostToDevice));
+    LMT_CUDA_CHECK(cudaMemcpy(dH, hidden.data(), hidden.size() * 4, cudaMemcpyHostToDevice));
+    LMT_CUDA_CHECK(cudaMemcpy(dG, gamma.data(), gamma.size() * 4, cudaMemcpyHostToDevice));
+    cudaStream_t st = 0;
+
+    // ---- correctness ----
+    int fails = 0;
+    cuda::launch_rms_norm(dH, dG, dN, Tmax, cols, 1e-5f, st);
+    std::vector<float> gN(normed.size());
+    cudaMemcpy(gN.data(), dN, gN.size() * 4, cudaMemcpyDeviceToHost);
+    size_t norm_eq = 0;
+    for (size_t i = 0; i < gN.size(); ++i) norm_eq += std::memcmp(&gN[i], &normed[i], 4) == 0;
+    std::printf("rms_norm: %zu / %zu values bit-identical to CPU\n", norm_eq, gN.size());
+    for (int T : {1, 3, 8}) {
+        cudaMemcpy(dN, normed.data(), (size_t)T * cols * 4, cudaMemcpyHostToDevice);  // same input as the CPU ref
+        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, st);
+        std::vector<float> g((size_t)T * rows);
+        cudaMemcpy(g.data(), dL, g.size() * 4, cudaMemcpyDeviceToHost);
+        double num = 0, den = 0;
+        for (int t = 0; t < T; ++t)
+            for (int r = 0; r < rows; ++r) {
+                const double a = g[(size_t)t * rows + r], b = ref[(size_t)t * rows + r];
+                num += (a - b) * (a - b);
+                den += b * b;
+            }
+        const double rel = std::sqrt(num / den);
+        std::printf("matvec T=%d: rel L2 vs CPU %.3e %s\n", T, rel, rel < 1e-6 ? "ok" : "FAIL");
+        fails += rel >= 1e-6;
+    }
+    cudaMemcpy(dN, normed.data(), normed.size() * 4, cudaMemcpyHostToDevice);
+    cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, Tmax, dL, st);
+    cuda::launch_softcap(dL, (int64_t)Tmax * rows, s, cap, true, st);
+    cuda::launch_argmax_rows(dL, Tmax, rows, true, nullptr, dKey, dBad, dOut, st);
+    std::vector<uint32_t> garg(Tmax);
+    cudaMemcpy(garg.data(), dOut, Tmax * 4, cudaMemcpyDeviceToHost);
+    for (int t = 0; t < Tmax; ++t) {
+        if (garg[t] != ref_arg[t]) {
+            std::printf("greedy row %d: gpu %u cpu %u FAIL\n", t, garg[t], ref_arg[t]);
+            ++fails;
+        }
+    }
+    // argmax/top-k on identical inputs (the CPU's capped logits) must agree exactly.
+    cudaMemcpy(dL, ref_capped.data(), ref_capped.size() * 4, cudaMemcpyHostToDevice);
+    cuda::launch_topk_rows(dL, Tmax, rows, K, dTopScratch, dIds, dVals, st);
+    std::vector<uint32_t> gids((size_t)Tmax * K), cids((size_t)Tmax * K);
+    std::vector<float> cvals((size_t)Tmax * K);
+    cudaMemcpy(gids.data(), dIds, gids.size() * 4, cudaMemcpyDeviceToHost);
+    cpu::topk_rows(ref_capped.data(), Tmax, rows, K, cids.data(), cvals.data());
+    std::printf("top-%d: %s\n", K, gids == cids ? "identical to CPU" : "MISMATCH");
+    fails += gids != cids;
+    // ties + NaN latch + exclusion on a crafted row
+    {
+        std::vector<float> row(rows, 0.0f);
+        const int ia = rows / 3, ib = rows / 100, ic = rows - 5, inan = rows / 2;  // ib < ia < ic
+        row[ia] = 5.0f;
+        row[ib] = 5.0f;
+        row[ic] = 5.0f;
+        std::vector<uint32_t> mask((rows + 31) / 32, 0);
+        uint32_t *dMask;
+        cudaMalloc(&dMask, mask.size() * 4);
+        cudaMemcpy(dL, row.data(), rows * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dMask, mask.data(), mask.size() * 4, cudaMemcpyHostToDevice);
+        uint32_t r1, r2, r3;
+        cuda::launch_argmax_rows(dL, 1, rows, true, dMask, dKey, dBad, dOut, st);
+        cudaMemcpy(&r1, dOut, 4, cudaMemcpyDeviceToHost);
+        mask[ib / 32] |= 1u << (ib % 32);
+        cudaMemcpy(dMask, mask.data(), mask.size() * 4, cudaMemcpyHostToDevice);
+        cuda::launch_argmax_rows(dL, 1, rows, true, dMask, dKey, dBad, dOut, st);
+        cudaMemcpy(&r2, dOut, 4, cudaMemcpyDeviceToHost);
+        const float nan = std::nanf("");
+        cudaMemcpy(dL + inan, &nan, 4, cudaMemcpyHostToDevice);
+        cuda::launch_argmax_rows(dL, 1, rows, true, dMask, dKey, dBad, dOut, st);
+        cudaMemcpy(&r3, dOut, 4, cudaMemcpyDeviceToHost);
+        const bool ok = r1 == (uint32_t)ib && r2 == (uint32_t)ia && r3 == 0xFFFFFFFFu;
+        std::printf("ties/exclusion/latch: %u %u 0x%08x %s\n", r1, r2, r3, ok ? "ok" : "FAIL");
+        fails += !ok;
+        cudaFree(dMask);
+    }
+    LMT_CUDA_CHECK(cudaDeviceSynchronize());
+
+    // ---- speed ----
+    const double wbytes = (double)q.size();
+    cudaMemcpy(dN, normed.data(), normed.size() * 4, cudaMemcpyHostToDevice);
+    for (int T : {1, 4, 8}) {
+        char name[64];
+        std::snprintf(name, sizeof name, "head matvec T=%d", T);
+        time_it(name, reps, wbytes, [&] { cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, st); });
+    }
+    time_it("argmax one row (2 phases)", reps, 0, [&] { cuda::launch_argmax_rows(dL, 1, rows, false, nullptr, dKey, dBad, dOut, st); });
+    time_it("top-40 one row", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
+    time_it("soft cap four nodes one row", reps, 0, [&] { cuda::launch_softcap(dL, rows, s, cap, true, st); });
+    // Whole greedy tail as a CUDA graph: norm, head, cap (4 nodes), argmax (2), 4-byte read-back.
+    uint32_t *hOut;
+    cudaMallocHost(&hOut, 64);
+    for (int T : {1, 8}) {
+        cudaStream_t cs;
+        cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal);
+        cuda::launch_rms_norm(dH, dG, dN, T, cols, 1e-5f, cs);
+        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, cs);
+        cuda::launch_softcap(dL, (int64_t)T * rows, s, cap, true, cs);
+        cuda::launch_argmax_rows(dL, T, rows, true, nullptr, dKey, dBad, dOut, cs);
+        cudaMemcpyAsync(hOut, dOut, 4 * T, cudaMemcpyDeviceToHost, cs);
+        cudaStreamEndCapture(cs, &graph);
+        LMT_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        char name[64];
+        std::snprintf(name, sizeof name, "greedy tail graph T=%d (4 B/row back)", T);
+        time_it(name, reps, wbytes, [&] { cudaGraphLaunch(exec, 0); cudaStreamSynchronize(0); });
+        // Host wall time of launch + sync alone, as a user sees it:
+        std::vector<double> hw;
+        for (int i = 0; i < reps; ++i) {
+            auto t0 = std::chrono::steady_clock::now();
+            cudaGraphLaunch(exec, cs);
+            cudaStreamSynchronize(cs);
+            hw.push_back(wall_ms(t0));
+        }
+        std::sort(hw.begin(), hw.end());
+        std::printf("%-44s host  %9.4f ms (launch + sync, median)\n", "", hw[hw.size() / 2]);
+        if (T == 1) std::printf("greedy token via graph: %u (cpu %u)\n", hOut[0], ref_arg[0]);
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        cudaStreamDestroy(cs);
+    }
+    std::printf("%s (%d failures)\n", fails ? "FAILED" : "ALL CHECKS PASSED", fails);
+    return fails ? 1 : 0;
+}

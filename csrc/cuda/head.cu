@@ -1,0 +1,109 @@
+#include "head.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "common.cuh"
+#include "launch.hpp"
+
+namespace lmt::cuda {
+
+bool device_available() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+DeviceHead::DeviceHead(const uint8_t *w, int rows, int cols, size_t row_stride, const float *gamma, int norm_kind,
+                       float eps, float scale, float softcap, int max_tokens)
+    : rows_(rows), cols_(cols), norm_kind_(norm_kind), row_stride_((size_t)cols / 256 * 176), eps_(eps),
+      scale_(scale), cap_(softcap) {
+    const size_t row_bytes = row_stride_;
+    LMT_CUDA_CHECK(cudaMalloc(&w_, (size_t)rows * row_bytes));
+    // Compact the rows on upload (the host array may have a larger stride).
+    LMT_CUDA_CHECK(cudaMemcpy2D(w_, row_bytes, w, row_stride, row_bytes, rows, cudaMemcpyHostToDevice));
+    if (gamma) {
+        LMT_CUDA_CHECK(cudaMalloc(&gamma_, (size_t)cols * 4));
+        LMT_CUDA_CHECK(cudaMemcpy(gamma_, gamma, (size_t)cols * 4, cudaMemcpyHostToDevice));
+    }
+    LMT_CUDA_CHECK(cudaMalloc(&mask_, ((size_t)rows + 31) / 32 * 4));
+    ensure_tokens(std::max(1, max_tokens));
+}
+
+DeviceHead::~DeviceHead() {
+    for (void *p : {(void *)w_, (void *)gamma_, (void *)hidden_, (void *)normed_, (void *)logits_, (void *)keys_,
+                    (void *)top_scratch_, (void *)bad_, (void *)out_, (void *)mask_, (void *)ids_, (void *)vals_})
+        if (p) cudaFree(p);
+    if (host_out_) cudaFreeHost(host_out_);
+}
+
+void DeviceHead::ensure_tokens(int T) {
+    if (T <= max_tokens_) return;
+    for (void *p : {(void *)hidden_, (void *)normed_, (void *)logits_, (void *)keys_, (void *)bad_, (void *)out_})
+        if (p) cudaFree(p);
+    if (host_out_) cudaFreeHost(host_out_);
+    const size_t chunks = ((size_t)rows_ + 1023) / 1024;
+    LMT_CUDA_CHECK(cudaMalloc(&hidden_, (size_t)T * cols_ * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&normed_, (size_t)T * cols_ * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&logits_, (size_t)T * rows_ * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&keys_, (size_t)T * chunks * 8));
+    LMT_CUDA_CHECK(cudaMalloc(&bad_, (size_t)T * chunks * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&out_, (size_t)T * 4));
+    LMT_CUDA_CHECK(cudaMallocHost(&host_out_, (size_t)T * 4));
+    max_tokens_ = T;
+    top_k_cap_ = 0;  // top-k scratch is sized per (T, k) on demand
+}
+
+bool DeviceHead::run_tail(const float *hidden, int T) {
+    ensure_tokens(T);
+    LMT_CUDA_CHECK(cudaMemcpy(hidden_, hidden, (size_t)T * cols_ * 4, cudaMemcpyHostToDevice));
+    const float *x = hidden_;
+    if (norm_kind_ == 1) {
+        launch_rms_norm(hidden_, gamma_, normed_, T, cols_, eps_, 0);
+        x = normed_;
+    }
+    launch_mul_mv_q5_K(w_, row_stride_, rows_, cols_, x, T, logits_, 0);
+    // Pre-cap finite check (tanh would turn +Inf into a finite cap): the greedy reduction's latch.
+    launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, 0);
+    LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < T; ++t)
+        if (host_out_[t] == LMT_ARGMAX_INVALID) return false;
+    launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, 0);
+    return true;
+}
+
+void DeviceHead::read_logits(float *out, int T) {
+    LMT_CUDA_CHECK(cudaMemcpy(out, logits_, (size_t)T * rows_ * 4, cudaMemcpyDeviceToHost));
+    bytes_back_ += (uint64_t)T * rows_ * 4;
+}
+
+void DeviceHead::greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t *out) {
+    const uint32_t *mask = nullptr;
+    if (!excl_mask.empty()) {
+        LMT_CUDA_CHECK(cudaMemcpy(mask_, excl_mask.data(), excl_mask.size() * 4, cudaMemcpyHostToDevice));
+        mask = mask_;
+    }
+    launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, 0);
+    LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
+    std::copy(host_out_, host_out_ + T, out);
+    bytes_back_ += (uint64_t)T * 4;
+}
+
+void DeviceHead::topk(int T, int k, uint32_t *ids, float *vals) {
+    const size_t need = topk_scratch_elems(T, rows_, k);
+    if (need > top_scratch_elems_ || k * T > top_k_cap_) {
+        if (top_scratch_) cudaFree(top_scratch_);
+        if (ids_) cudaFree(ids_);
+        if (vals_) cudaFree(vals_);
+        LMT_CUDA_CHECK(cudaMalloc(&top_scratch_, need * 8));
+        LMT_CUDA_CHECK(cudaMalloc(&ids_, (size_t)T * k * 4));
+        LMT_CUDA_CHECK(cudaMalloc(&vals_, (size_t)T * k * 4));
+        top_scratch_elems_ = need;
+        top_k_cap_ = k * T;
+    }
+    launch_topk_rows(logits_, T, rows_, k, top_scratch_, ids_, vals_, 0);
+    LMT_CUDA_CHECK(cudaMemcpy(ids, ids_, (size_t)T * k * 4, cudaMemcpyDeviceToHost));
+    LMT_CUDA_CHECK(cudaMemcpy(vals, vals_, (size_t)T * k * 4, cudaMemcpyDeviceToHost));
+    bytes_back_ += (uint64_t)T * k * 8;
+}
+
+}  // namespace lmt::cuda

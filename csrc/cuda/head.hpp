@@ -1,0 +1,52 @@
+// Device-resident LM-head tail for the CUDA backend: weights uploaded once, then per call
+// norm -> head -> scale -> cap (four nodes) -> selection, with the three read-back routes:
+// full rows (route A), 4 bytes per row (route B, greedy), k candidates per row (route C, top-k).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace lmt::cuda {
+
+bool device_available();
+
+class DeviceHead {
+  public:
+    // norm_kind: 0 none, 1 rms. gamma may be null.
+    DeviceHead(const uint8_t *w, int rows, int cols, size_t row_stride, const float *gamma, int norm_kind,
+               float eps, float scale, float softcap, int max_tokens);
+    ~DeviceHead();
+    DeviceHead(const DeviceHead &) = delete;
+    DeviceHead &operator=(const DeviceHead &) = delete;
+
+    int rows() const { return rows_; }
+    int cols() const { return cols_; }
+    // Runs the tail on T hidden rows (host pointer). Returns false if a pre-cap logit was
+    // non-finite (nothing is read back then).
+    bool run_tail(const float *hidden, int T);
+    // Route A: copy the T x rows capped logits to host memory.
+    void read_logits(float *out, int T);
+    // Route B: greedy ids (LMT_ARGMAX_INVALID on a non-finite row), exclusion bitmask (or empty).
+    void greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t *out);
+    // Route C: top-k candidates per row.
+    void topk(int T, int k, uint32_t *ids, float *vals);
+    uint64_t bytes_read_back() const { return bytes_back_; }
+
+  private:
+    void ensure_tokens(int T);
+    int rows_, cols_, norm_kind_, max_tokens_ = 0;
+    size_t row_stride_;
+    float eps_, scale_, cap_;
+    uint8_t *w_ = nullptr;
+    float *gamma_ = nullptr, *hidden_ = nullptr, *normed_ = nullptr, *logits_ = nullptr;
+    uint64_t *keys_ = nullptr, *top_scratch_ = nullptr;
+    uint32_t *bad_ = nullptr, *out_ = nullptr, *mask_ = nullptr, *ids_ = nullptr;
+    float *vals_ = nullptr;
+    size_t top_scratch_elems_ = 0;
+    int top_k_cap_ = 0;
+    uint32_t *host_out_ = nullptr;  // pinned, 4 bytes per row
+    uint64_t bytes_back_ = 0;
+};
+
+}  // namespace lmt::cuda

@@ -1,0 +1,37 @@
+// RMSNorm: one block per row; float squares summed in double (exact for typical rows, so the
+// result usually equals the CPU backend's bytes), then x * (1/sqrtf(mean + eps)) * gamma.
+#include "common.cuh"
+#include "launch.hpp"
+
+namespace lmt::cuda {
+
+__global__ void __launch_bounds__(256) rms_norm_kernel(const float *__restrict__ x, const float *__restrict__ gamma,
+                                                       float *__restrict__ y, int cols, float eps) {
+    __shared__ double red[8];
+    const int row = blockIdx.x;
+    const float *xr = x + (size_t)row * cols;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) s += (double)(xr[i] * xr[i]);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) t += red[w];
+        red[0] = t;
+    }
+    __syncthreads();
+    const float mean = (float)(red[0] / (double)cols);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        const float v = xr[i] * scale;
+        y[(size_t)row * cols + i] = gamma ? v * gamma[i] : v;
+    }
+}
+
+void launch_rms_norm(const float *x, const float *gamma, float *y, int rows, int cols, float eps, cudaStream_t stream) {
+    rms_norm_kernel<<<rows, 256, 0, stream>>>(x, gamma, y, cols, eps);
+    LMT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace lmt::cuda

@@ -1,0 +1,101 @@
+// lmtail Metal backend: the LM-head tail on a Metal device through metal-cpp.
+//
+// This header is free of Metal types so that the Python bindings include it without metal-cpp.
+// The same sources build twice: against Apple's metal-cpp (namespace lmt::metal, backend
+// "metal") and against the CPU emulator in csrc/emu (namespace lmt::metal_emu, backend
+// "metal-emu"); LMT_METAL_NS selects the namespace.
+//
+// Every op copies its inputs into shared buffers, encodes one concurrent compute encoder with a
+// memoryBarrier(resources) between every dependent pair of dispatches, commits and waits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#ifndef LMT_METAL_NS
+#define LMT_METAL_NS metal_emu
+#endif
+
+namespace lmt::LMT_METAL_NS {
+
+// Named barriers of the encoders, so a test can remove one (planted bug) and watch the
+// emulator's hazard checker catch it. LMTAIL_METAL_SKIP_BARRIERS=1 removes all of them.
+enum Barrier : uint32_t {
+    kBarrierNormHead = 1u << 0,     // rms_norm -> head
+    kBarrierHeadScale = 1u << 1,    // head -> x*scale
+    kBarrierSoftcapInv = 1u << 2,   // x*scale -> x*(1/cap)
+    kBarrierSoftcapTanh = 1u << 3,  // x*(1/cap) -> tanh
+    kBarrierSoftcapCap = 1u << 4,   // tanh -> x*cap
+    kBarrierCapArgmax = 1u << 5,    // last logits write -> argmax phase 1
+    kBarrierArgmaxPhases = 1u << 6, // phase 1 -> phase 2 (partials)
+    kBarrierDebugPlant = 1u << 7,   // debug NaN plant -> its neighbours
+};
+const std::vector<std::pair<std::string, uint32_t>> &barrier_names();
+
+struct Debug {
+    uint32_t skip_barriers = 0;  // mask of Barrier
+    int64_t plant_nan = -1;      // head graph: write NaN into logits[plant_nan] after the head
+};
+Debug &debug();
+
+// Device name, and the metallib path (ignored by the emulator, which runs the kernels compiled
+// into this binary from metal/*.metal).
+std::string device_name();
+void set_library_path(const std::string &path);
+
+void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
+void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x, int64_t T,
+                 float *logits);
+void scale(float *x, int64_t n, float s);
+void tanh(float *x, int64_t n);
+void softcap(float *x, int64_t n, float s, float cap, bool four_pass);
+void argmax_rows(const float *x, int64_t n_rows, int64_t n, uint32_t *out);
+void greedy_argmax_rows(const float *x, int64_t n_rows, int64_t n, const uint32_t *excluded, int64_t n_excluded,
+                        uint32_t *out);
+void topk_rows(const float *x, int64_t n_rows, int64_t n, int64_t k, uint32_t *ids, float *values);
+
+// The whole tail as one graph in one concurrent encoder:
+//   norm -> head -> x*scale -> x*(1/cap) -> tanh -> x*cap -> greedy phase 1 -> phase 2
+// Route A: the capped logits stay in a shared buffer (copied to `logits` when non-null).
+// Route B: the 4-byte result slot per row stays on the device; `result` receives its raw
+// value. Unless `raw`, 0xFFFFFFFF raises NonFiniteError and any other value >= rows raises too.
+// When `embed` is non-null, a get_rows dispatch gathers embed[result] (rows x embed_dim) into
+// `embed_out` on the device, reading the token id from the result slot (the next step's input).
+struct HeadArgs {
+    const uint8_t *w = nullptr;
+    int64_t rows = 0, cols = 0;
+    size_t row_stride = 0;
+    const float *gamma = nullptr;  // null: no norm
+    const float *hidden = nullptr;
+    int64_t T = 1;
+    float eps = 1e-5f, scale = 1.0f, cap = 0.0f;
+    const uint32_t *excluded = nullptr;
+    int64_t n_excluded = 0;
+    const float *embed = nullptr;
+    int64_t embed_rows = 0, embed_dim = 0;
+};
+// Zero-copy host view of a shared buffer's contents(): `owner` keeps the buffer alive.
+struct SharedView {
+    std::shared_ptr<void> owner;
+    void *data = nullptr;
+};
+// `logits_view` (optional) receives the retained logits buffer itself, published only when the
+// result checks pass (a failing call never hands out its logits); each call has its own buffer.
+void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embed_out, bool raw,
+                 SharedView *logits_view = nullptr);
+
+// A raw dispatch for tests: bind host arrays (copied in, copied back when `write_back`) or bytes.
+struct RawArg {
+    int index;
+    void *data;
+    size_t bytes;
+    bool is_bytes;
+    bool write_back;
+};
+void dispatch_raw(const std::string &kernel, const uint32_t groups[3], const uint32_t threads[3],
+                  const std::vector<RawArg> &args);
+
+}  // namespace lmt::LMT_METAL_NS

@@ -1,0 +1,24 @@
+"""GBNF grammars with llama.cpp's exact accept/reject decisions.
+
+* :class:`Grammar` -- ``Grammar.parse(text, root="root")``: llama.cpp's GBNF dialect and errors
+  (:mod:`.parser`);
+* :class:`Vocab` -- token pieces / EOG ids as llama.cpp's grammar sampler sees them
+  (``Vocab.from_gguf``, :mod:`.vocab`);
+* :class:`GrammarMatcher` -- ``allows``/``mask``/``accept``/``is_complete``/``snapshot``/
+  ``restore``/``explain`` on an Earley recognizer over code points (:mod:`.earley`,
+  :mod:`.matcher`, :mod:`.mask`), with llama.cpp's lenient UTF-8 and partial-code-point rules
+  (:mod:`.utf8`);
+* :class:`LazyGrammarMatcher` -- trigger tokens / words / patterns (:mod:`.lazy`);
+* :func:`common_sample` -- llama-server's sample-check-resample discipline (:mod:`.sampling`).
+
+lmtail never calls llama.cpp; llama.cpp is only the tests' oracle.
+"""
+
+from ..errors import GrammarError
+from .lazy import LazyGrammarMatcher
+from .matcher import Grammar, GrammarMatcher
+from .parser import parse_gbnf
+from .sampling import common_sample
+from .vocab import Vocab
+
+__all__ = ["Grammar", "GrammarMatcher", "GrammarError", "LazyGrammarMatcher", "Vocab", "common_sample", "parse_gbnf"]

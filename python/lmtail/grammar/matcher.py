@@ -1,0 +1,314 @@
+"""``Grammar`` and ``GrammarMatcher``: llama.cpp's grammar-sampler decisions on an Earley engine.
+
+A token is allowed exactly when llama.cpp's ``llama_grammar_apply_impl`` leaves its logit finite:
+
+* an end-of-generation token (``Vocab.eog_ids``) is allowed iff some parse has completed the root
+  rule -- also while a partial code point is pending -- and is never matched as text;
+* a token whose piece is empty or starts with a NUL byte is rejected;
+* otherwise the piece is decoded leniently from the pending partial state (:mod:`.utf8`; a decoded
+  0 ends the token) and the token is allowed iff some parse can consume its code points, where a
+  ``<[id]>`` / ``!<[id]>`` element met with code points left decides by the token id alone (as in
+  llama.cpp, also in the middle of a token), and at the end of the token nothing may be pending,
+  or the pending bytes must be completable to a character of the set the parse waits on (a
+  negated set passes only if no excluded character is completable -- conservative, per set).
+
+``accept`` follows ``llama_grammar_accept_impl``: it feeds every decoded code point (a mid-token
+0 included) to the parses waiting on characters, advances the parses waiting on a token by id,
+and keeps the new pending state.  Where llama.cpp would abort (EOG with no complete parse) or
+throw (no parse survives), ``accept`` raises :class:`~lmtail.errors.GrammarError` and leaves the
+matcher unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ..errors import GrammarError, ParameterError
+from .earley import Program, State
+from .parser import ParsedGrammar, parse_gbnf
+from .mask import TokenTable, compute_mask, end_ok, scalar_walk
+from .utf8 import NO_PARTIAL, decode_piece
+from .vocab import Vocab
+
+__all__ = ["Grammar", "GrammarMatcher"]
+
+MASK_CACHE = 1024  # packed masks kept per (grammar, vocabulary), least recently used dropped
+
+
+class Grammar:
+    """A GBNF grammar parsed exactly as llama.cpp parses it.  Immutable; share it freely."""
+
+    def __init__(self, parsed: ParsedGrammar, root: str, text: str | bytes):
+        self.parsed = parsed
+        self.root = root
+        self.text = text
+        self.program = Program(parsed, root)
+
+    @classmethod
+    def parse(cls, text: str | bytes, root: str = "root") -> "Grammar":
+        """Parse GBNF; raises :class:`~lmtail.errors.GrammarError` (with line and column) wherever
+        ``llama_sampler_init_grammar`` returns NULL.  An empty text is an error here (llama.cpp
+        reads an empty grammar string as "no grammar")."""
+        if (text == "" or text == b""):
+            raise GrammarError("empty grammar (llama.cpp treats an empty grammar string as no grammar at all)", 1, 1)
+        return cls(parse_gbnf(text, root), root, text)
+
+    @property
+    def rules(self) -> list[list[tuple[int, int]]]:
+        return self.parsed.rules
+
+    @property
+    def symbol_ids(self) -> dict[str, int]:
+        return self.parsed.symbol_ids
+
+    def __repr__(self) -> str:
+        return f"Grammar(root={self.root!r}, rules={len(self.parsed.rules)})"
+
+
+class GrammarMatcher:
+    """Incremental matcher of a :class:`Grammar` over a :class:`Vocab`'s tokens.
+
+    ``allows(t)`` / ``mask()`` reproduce llama.cpp's grammar sampler bit for bit; ``accept(t)``
+    advances; ``snapshot()`` / ``restore()`` are O(1) (states are immutable and interned).
+    """
+
+    def __init__(self, grammar: Grammar, vocab: Vocab | None):
+        if not isinstance(grammar, Grammar):
+            raise ParameterError(f"grammar must be an lmtail.grammar.Grammar, got {type(grammar).__name__}")
+        self.grammar = grammar
+        self.vocab = vocab
+        if vocab is None:  # text-only matching (accept_bytes, is_complete, expected)
+            self._view = None
+        else:
+            if not isinstance(vocab, Vocab):
+                raise ParameterError(f"vocab must be an lmtail.grammar.Vocab, got {type(vocab).__name__}")
+            tab = vocab.__dict__.get("_token_table")
+            if tab is None:
+                tab = vocab.__dict__["_token_table"] = TokenTable(vocab)
+            masks = grammar.__dict__.setdefault("_masks", {})
+            if id(vocab) not in masks or masks[id(vocab)][0] is not vocab:
+                masks[id(vocab)] = (vocab, OrderedDict())
+            self._view = tab
+            self._masks = masks[id(vocab)][1]
+        self._state: State = grammar.program.initial
+        self._partial: tuple[int, int] = NO_PARTIAL
+        if not self._state.alive:  # pragma: no cover - a parsed grammar always has a start item
+            raise GrammarError("the grammar matches nothing")
+
+    # -- state -------------------------------------------------------------------------------
+
+    def is_complete(self) -> bool:
+        """True when some parse has completed the root rule (an EOG token is allowed now)."""
+        return self._state.complete
+
+    def snapshot(self) -> tuple[Any, ...]:
+        return (self._state, self._partial)
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        st, partial = snap
+        if not isinstance(st, State) or st.prog is not self.grammar.program:
+            raise ParameterError("snapshot does not belong to this matcher's grammar")
+        self._state, self._partial = st, partial
+
+    def reset(self) -> None:
+        self._state, self._partial = self.grammar.program.initial, NO_PARTIAL
+
+    @property
+    def pending(self) -> tuple[int, int]:
+        """llama.cpp's ``partial_utf8``: (value so far, bytes still expected; -1 = invalid)."""
+        return self._partial
+
+    # -- checking ----------------------------------------------------------------------------
+
+    def _check_token(self, token: int) -> int:
+        if self.vocab is None:
+            raise ParameterError("this matcher has no vocabulary (GrammarMatcher(grammar, None)); use accept_bytes")
+        t = int(token)
+        if not 0 <= t < self.vocab.n_vocab:
+            raise ParameterError(f"token {token} is outside the vocabulary [0, {self.vocab.n_vocab})")
+        return t
+
+    def _decode(self, token: int) -> tuple[tuple[int, ...], tuple[int, int]]:
+        if self._partial[1] <= 0:
+            return self._view.decoded(token)
+        cps, fin = decode_piece(self.vocab.pieces[token], self._partial)
+        if 0 in cps:
+            cps = cps[: cps.index(0)]
+        return tuple(cps), fin
+
+    def allows(self, token: int) -> bool:
+        """Would llama.cpp's grammar sampler keep ``token`` (finite logit) in this state?"""
+        t = self._check_token(token)
+        st = self._state
+        if self.vocab.is_eog[t]:
+            return st.complete
+        piece = self.vocab.pieces[t]
+        if not piece or piece[0] == 0:
+            return False
+        cache = st.cache
+        key = (t, self._partial) if self._partial[1] > 0 else t
+        r = cache.get(key)
+        if r is None:
+            r = cache[key] = scalar_walk(st, t, *self._decode(t))
+        return r
+
+    def mask(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Boolean array (n_vocab): True where llama.cpp's grammar sampler keeps the token."""
+        if self.vocab is None:
+            raise ParameterError("this matcher has no vocabulary (GrammarMatcher(grammar, None))")
+        n = self.vocab.n_vocab
+        if out is None:
+            out = np.empty(n, dtype=bool)
+        elif out.dtype != np.bool_ or out.shape != (n,):
+            raise ParameterError(f"out must be a bool array of shape ({n},), got {out.dtype} {out.shape}")
+        key = (self._state, self._partial if self._partial[1] > 0 else NO_PARTIAL)
+        cache = self._masks
+        packed = cache.get(key)
+        if packed is not None:
+            cache.move_to_end(key)
+            np.copyto(out, np.unpackbits(packed, count=n).view(np.bool_))
+            return out
+        m = np.zeros(n, dtype=bool)
+        st = self._state
+        if self._partial[1] > 0:
+            # only pieces that start with a continuation byte can continue a pending code point
+            for t in self._view.cont.tolist():
+                if not self.vocab.is_eog[t]:
+                    cps, fin = self._decode(t)
+                    if scalar_walk(st, t, cps, fin):
+                        m[t] = True
+        else:
+            compute_mask(self._view, st, m)
+        m[self.vocab.is_eog] = st.complete
+        cache[key] = np.packbits(m)  # 1 bit per token: 16 KiB at 128k
+        if len(cache) > MASK_CACHE:
+            cache.popitem(last=False)
+        np.copyto(out, m)
+        return out
+
+    # -- advancing ---------------------------------------------------------------------------
+
+    def accept(self, token: int, *, check: bool = True) -> None:
+        """Advance by ``token`` (llama.cpp's ``llama_grammar_accept_impl``).
+
+        With ``check`` (default) a token :meth:`allows` rejects raises
+        :class:`~lmtail.errors.GrammarError` (with :meth:`explain`'s text) and nothing changes.
+        ``check=False`` reproduces llama.cpp's accept exactly, which does not re-check the mask
+        (e.g. a piece that is invalid UTF-8 is a no-op that resets the pending bytes); it still
+        raises, leaving the matcher unchanged, where llama.cpp would abort or throw.
+        """
+        t = self._check_token(token)
+        st = self._state
+        if self.vocab.is_eog[t]:
+            if st.complete:
+                return
+            raise GrammarError(self.explain(t))
+        if check and not self.allows(t):
+            raise GrammarError(self.explain(t))
+        self.accept_bytes(self.vocab.pieces[t], t)
+
+    def accept_bytes(self, piece: bytes, token: int = -1) -> None:
+        """Feed raw bytes as one token's piece (llama.cpp's ``llama_grammar_accept_token``).
+
+        ``token`` is the id that ``<[id]>`` / ``!<[id]>`` elements see (-1: none).  No mask check,
+        no EOG handling; raises :class:`~lmtail.errors.GrammarError` (matcher unchanged) when no
+        parse survives.  Useful for prefilling text that was not produced by this vocabulary.
+        """
+        t = int(token)
+        st = self._state
+        cps, fin = decode_piece(bytes(piece), self._partial)
+        k_tok = st.token_step(t) if st.toks else frozenset()
+        if cps:
+            s: State | None = st
+            for cp in cps:
+                s = s.step(cp)
+                if s is None:
+                    break
+            if not k_tok:
+                new = s
+            else:
+                new = st.prog.state(k_tok | (s.kernel if s is not None else frozenset()))
+        else:
+            kc = st.char_kernel()
+            new = st.prog.state(k_tok | kc) if (k_tok or kc) else None
+        if new is None or not new.alive:
+            raise GrammarError(
+                f"token {t} ({bytes(piece)!r}) leaves no parse alive (llama.cpp: Unexpected empty grammar stack "
+                "after accepting piece)"
+            )
+        self._state = new
+        self._partial = fin
+
+    def accept_many(self, tokens) -> None:
+        for t in tokens:
+            self.accept(t)
+
+    # -- diagnostics -------------------------------------------------------------------------
+
+    def expected(self) -> list[str]:
+        """What the grammar can take next: character sets, token references, end of generation."""
+        st = self._state
+        sets = st.prog.sets
+        out = [sets[s].describe() for s in st.sets]
+        from .parser import TOKEN
+
+        for (typ, val), _q, _c in st.toks:
+            out.append(f"<[{val}]>" if typ == TOKEN else f"!<[{val}]>")
+        if st.complete:
+            out.append("<end of generation>")
+        return out
+
+    def explain(self, token: int) -> str:
+        """Why ``token`` is allowed or rejected here: where in its piece the grammar stops, and
+        what it expected at that point."""
+        t = self._check_token(token)
+        st = self._state
+        piece = self.vocab.pieces[t]
+        head = f"token {t} {piece!r}"
+        if self.vocab.is_eog[t]:
+            if st.complete:
+                return f"{head} is allowed: end of generation, and the root rule is complete"
+            return (f"{head} is rejected: it ends the generation but the root rule is not complete here; "
+                    f"the grammar expects {_fmt(self.expected())}")
+        if not piece or piece[0] == 0:
+            return f"{head} is rejected: its piece is empty or starts with a NUL byte (llama.cpp rejects those)"
+        cps, fin = self._decode(t)
+        if fin[1] < 0 and not cps:
+            return (f"{head} is rejected: its bytes are not valid (lenient) UTF-8"
+                    + (f" after the pending partial code point {self._partial}" if self._partial[1] > 0 else ""))
+        s: State = st
+        for i, cp in enumerate(cps):
+            if s.toks and s.token_matches(t):
+                return f"{head} is allowed: after {i} code point(s) a token reference matches its id"
+            nxt = s.step(cp)
+            if nxt is None:
+                sets = s.prog.sets
+                exp = [sets[x].describe() for x in s.sets]
+                exp += [f"<[{v}]>" if ty == 8 else f"!<[{v}]>" for (ty, v), _q, _c in s.toks]
+                if s.complete:
+                    exp.append("<end of generation>")
+                done = "".join(chr(c) for c in cps[:i] if c < 0x110000)
+                return (f"{head} is rejected at code point {i} ({_cp(cp)}) after {done!r}: "
+                        f"the grammar expects {_fmt(exp)}")
+            s = nxt
+        if end_ok(s, fin):
+            return f"{head} is allowed"
+        sets = s.prog.sets
+        return (f"{head} is rejected: it ends inside a code point (pending {fin}) that cannot complete to any of "
+                f"{_fmt([sets[x].describe() for x in s.sets])}")
+
+
+def _cp(cp: int) -> str:
+    c = chr(cp) if cp < 0x110000 and not 0xD800 <= cp < 0xE000 else "?"
+    return f"{c!r} U+{cp:04X}"
+
+
+def _fmt(items: list[str]) -> str:
+    if not items:
+        return "nothing (no parse can continue)"
+    if len(items) > 12:
+        items = items[:12] + [f"... ({len(items) - 12} more)"]
+    return ", ".join(items)

@@ -1,0 +1,35 @@
+"""llama.cpp-exact sampling: pinned mt19937, every llama.cpp sampler, chains, per-request state.
+
+A seeded request replays token for token as llama.cpp (the pinned build vendored by
+llama-cpp-python 0.3.36) would sample it on Linux: same engine, same draw conventions, same
+float/double arithmetic and platform libm, same sort and tie order (GCC libstdc++).
+"""
+
+from .candidates import TOKEN_DATA, Candidates
+from .chain import (COMMON_DEFAULTS, Chain, build_sampler, common_chain, common_spec, get_threads,
+                    register_sampler, set_threads)
+from .logprobs import TokenLogprobs, post_sampling_logprobs, server_logprobs
+from .rng import DEFAULT_SEED, STDLIBS, Mt19937
+from .samplers import Sampler, SamplingError
+from .state import AdaptiveState, RequestSamplerState
+
+__all__ = [
+    "Mt19937", "DEFAULT_SEED", "STDLIBS",
+    "Candidates", "TOKEN_DATA",
+    "Chain", "common_chain", "common_spec", "build_sampler", "COMMON_DEFAULTS", "set_threads", "get_threads",
+    "register_sampler",
+    "RequestSamplerState", "AdaptiveState",
+    "TokenLogprobs", "server_logprobs", "post_sampling_logprobs",
+    "Sampler", "SamplingError",
+    "common_sample",
+]
+
+
+def __getattr__(name: str):
+    # lmtail.sampling.common_sample lives with the grammar engine (it needs the matcher); imported
+    # lazily so that `import lmtail.sampling` does not pull the grammar package in.
+    if name == "common_sample":
+        from ..grammar.sampling import common_sample
+
+        return common_sample
+    raise AttributeError(f"module 'lmtail.sampling' has no attribute {name!r}")

@@ -1,0 +1,94 @@
+"""CUDA backend against the CPU backend (runs only where lmtail was built with LMTAIL_CUDA=ON and a
+GPU is present: on the lent H200 through the device tool; skips visibly elsewhere)."""
+
+import numpy as np
+import pytest
+
+import lmtail
+from lmtail import ops
+from _util import bits, q5k_matrix, slab, tiled_head
+
+pytestmark = pytest.mark.skipif(
+    "cuda" not in lmtail.backends(),
+    reason="CUDA backend not available (build with LMTAIL_CUDA=ON on a machine with an NVIDIA GPU)",
+)
+
+# Per-op bounds against the CPU backend: the matvec sums in a different order (warp tree vs
+# 16-lane chains), relative L2 <= 2e-6; CUDA's tanhf differs from glibc's by at most 2 ulp.
+MATVEC_REL = 2e-6
+
+
+@pytest.mark.parametrize("rows,cols,T", [(1, 256, 1), (7, 256, 3), (99, 6656, 8), (4097, 6656, 1), (4097, 1536, 9)])
+def test_matvec_and_norm(rows, cols, T):
+    q = q5k_matrix(rows, cols, seed=rows)
+    x = np.random.default_rng(T).standard_normal((T, cols)).astype(np.float32)
+    a = ops.matvec_q5_k(q, x)
+    b = ops.matvec_q5_k(q, x, backend="cuda")
+    assert np.linalg.norm(a - b) <= MATVEC_REL * np.linalg.norm(a) + 1e-30
+    g = np.random.default_rng(0).uniform(0.5, 1.5, cols).astype(np.float32)
+    assert np.allclose(ops.rms_norm(x, g), ops.rms_norm(x, g, backend="cuda"), rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("n", [1, 7, 99, 1024, 4097, 202048])
+def test_selection_identical_on_identical_inputs(n):
+    rng = np.random.default_rng(n)
+    x = rng.integers(-30, 30, (3, n)).astype(np.float32)  # ties everywhere
+    assert np.array_equal(ops.argmax(x), ops.argmax(x, backend="cuda"))
+    assert np.array_equal(ops.greedy_argmax(x), ops.greedy_argmax(x, backend="cuda"))
+    if n > 1:
+        excl = [int(ops.argmax(x[0]))]
+        assert np.array_equal(ops.greedy_argmax(x, exclude=excl), ops.greedy_argmax(x, exclude=excl, backend="cuda"))
+    k = min(n, 40)
+    ia, va = ops.topk(x, k)
+    ib, vb = ops.topk(x, k, backend="cuda")
+    assert np.array_equal(ia, ib) and np.array_equal(bits(va), bits(vb))
+    x[1, n // 2] = np.nan
+    with pytest.raises(lmtail.NonFiniteLogitsError):
+        ops.greedy_argmax(x, backend="cuda")
+
+
+def test_softcap_within_bound():
+    x = (np.random.default_rng(1).standard_normal(202048) * 100).astype(np.float32)
+    a = ops.softcap(x, 0.196116, 20.0)
+    b = ops.softcap(x, 0.196116, 20.0, backend="cuda")
+    assert np.max(np.abs(a - b)) <= 4 * np.spacing(np.float32(20.0))
+
+
+def test_head_routes_full_size():
+    s = slab()
+    w = tiled_head(202048, s)
+    g = np.random.default_rng(2).uniform(0.8, 1.2, 6656).astype(np.float32)
+    cpu = lmtail.Head(w, g, logit_scale=0.196116, softcap=20.0)
+    gpu = lmtail.Head(w, g, logit_scale=0.196116, softcap=20.0, backend="cuda")
+    h = (np.random.default_rng(3).standard_normal((4, 6656)) * 2).astype(np.float32)
+    la = cpu.logits(h).copy()
+    lb = gpu.logits(h).copy()
+    assert np.max(np.abs(la - lb)) <= 1e-4
+    # greedy / top-k must agree wherever the top margin exceeds the logit bound
+    top2 = np.sort(la, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 1e-3
+    ga, gb = cpu.greedy(h), gpu.greedy(h)
+    assert np.array_equal(ga[clear], gb[clear])
+    ia, _ = cpu.topk(h, 40)
+    ib, _ = gpu.topk(h, 40)
+    assert np.array_equal(ia[clear, 0], ib[clear, 0])
+    bad = h.copy()
+    bad[2, 5] = np.inf
+    with pytest.raises(lmtail.NonFiniteLogitsError):
+        gpu.greedy(bad)
+
+
+def test_head_bytes_read_back_per_route():
+    q = q5k_matrix(5000, 512, seed=4)
+    head = lmtail.Head(q, None, logit_scale=1.0, softcap=30.0, backend="cuda")
+    dev = head._device
+    h = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)
+    b0 = dev.bytes_read_back
+    head.greedy(h)
+    assert dev.bytes_read_back - b0 == 4 * 3
+    b0 = dev.bytes_read_back
+    head.topk(h, 10)
+    assert dev.bytes_read_back - b0 == 8 * 10 * 3
+    b0 = dev.bytes_read_back
+    head.logits(h)
+    assert dev.bytes_read_back - b0 == 4 * 5000 * 3

@@ -1,0 +1,322 @@
+"""metal-emu: the Metal kernels (metal/*.metal) and host code (csrc/metal) on the CPU emulator,
+checked op by op against the CPU backend.
+
+Per-op bounds (emulator vs cpu):
+* scale, tanh, softcap (both routes): identical bytes. The emulator's MSL `tanh` is the host
+  libm's tanhf, the CPU backend's too; on a real GPU Metal's tanh differs (see DESIGN.md).
+* rms_norm: rel 4e-6 (float partial sums per lane + simd_sum against the CPU's double sum).
+* matvec_q5_k: |gpu - cpu| <= 2e-6 * (|W| @ |x|) + 1e-30 (lane-partial fma sums + simd_sum).
+* argmax, greedy_argmax, topk: identical (ids and value bytes), ties included.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import lmtail
+from lmtail import ops
+from lmtail.errors import LmtailError, NonFiniteLogitsError, ParameterError
+
+from _util import q5k_matrix
+
+pytestmark = pytest.mark.skipif("metal-emu" not in lmtail.backends(), reason="built without LMTAIL_EMU")
+EMU = "metal-emu"
+ORDERS = [("forward", 1), ("reverse", 1), ("random", 1), ("random", 2)]
+
+
+@pytest.fixture
+def me():
+    from lmtail import _core
+
+    m = _core.metal_emu
+    m.configure("forward", 1, "raise")
+    m.set_debug([], -1)
+    yield m
+    m.configure("forward", 1, "raise")
+    m.set_debug([], -1)
+
+
+def under_orders(me, fn):
+    """Run fn under every lane order; assert identical bytes; return the first result."""
+    outs = []
+    for order, seed in ORDERS:
+        me.configure(order, seed, "raise")
+        outs.append(fn())
+    me.configure("forward", 1, "raise")
+    for o in outs[1:]:
+        for a, b in zip(np.atleast_1d(outs[0]) if not isinstance(outs[0], tuple) else outs[0],
+                        np.atleast_1d(o) if not isinstance(o, tuple) else o):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    return outs[0]
+
+
+# ---- registry and generator metadata ----------------------------------------------------------
+
+
+def test_registered_and_kernels_listed(me):
+    assert EMU in lmtail.backends()
+    names = {k["name"]: k for k in me.kernels()}
+    for n in ["argmax_f32_phase1", "argmax_f32_phase2", "greedy_argmax_f32_phase1", "greedy_argmax_f32_phase2",
+              "scale_f32", "scale_f32_4", "tanh_f32", "tanh_f32_4", "scale_softcap_f32", "rms_norm_f32",
+              "mul_mv_q5_K_f32", "topk_f32", "get_rows_f32"]:
+        assert n in names, n
+    acc = {b["name"]: b["access"] for b in names["argmax_f32_phase1"]["buffers"]}
+    assert acc == {"x": "read", "partial_key": "write", "partial_idx": "write", "args": "read"}
+    acc = {b["name"]: b["access"] for b in names["mul_mv_q5_K_f32"]["buffers"]}
+    assert acc == {"w": "read", "x": "read", "y": "write", "args": "read"}
+    assert names["argmax_f32_phase1"]["file"] == "metal/argmax.metal"
+
+
+def test_generator_rejects_unsupported(tmp_path):
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "msl_trampolines.py")
+    if not os.path.exists(tool):
+        pytest.skip("source tree not available")
+    bad = {
+        "template <typename T> kernel void k(device T *x [[buffer(0)]]) {}": "template kernel",
+        "kernel void k(texture2d<float> t [[texture(0)]]) {}": "not supported",
+        "kernel void k(device float *x [[buffer(0)]], device float *y [[buffer(0)]]) {}": "twice",
+        "kernel void k(device float *x) {}": "exactly one",
+    }
+    for src, msg in bad.items():
+        p = tmp_path / "k.metal"
+        p.write_text(src + "\n")
+        r = subprocess.run([sys.executable, tool, str(p), str(tmp_path / "k.cpp")], capture_output=True, text=True)
+        assert r.returncode == 1 and msg in r.stderr, (src, r.stderr)
+
+
+# ---- element-wise ops ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 99, 1000, 4097])
+def test_unary_identical_to_cpu(me, n):
+    x = (np.random.default_rng(n).standard_normal(n) * 30).astype(np.float32)
+    for four_pass in (True, False):
+        for cap in (20.0, 0.0):
+            want = ops.softcap(x, 0.196116, cap, four_pass=four_pass)
+            got = under_orders(me, lambda: ops.softcap(x, 0.196116, cap, four_pass=four_pass, backend=EMU))
+            assert got.tobytes() == want.tobytes()
+    assert ops.scale(x, 0.3, backend=EMU).tobytes() == ops.scale(x, 0.3).tobytes()
+    assert ops.tanh(x, backend=EMU).tobytes() == ops.tanh(x).tobytes()
+
+
+@pytest.mark.parametrize("shape", [(1, 256), (3, 999), (2, 6656), (1, 1)])
+@pytest.mark.parametrize("with_gamma", [True, False])
+def test_rms_norm(me, shape, with_gamma):
+    rng = np.random.default_rng(shape[1])
+    x = rng.standard_normal(shape).astype(np.float32) * 3
+    g = rng.standard_normal(shape[1]).astype(np.float32) if with_gamma else None
+    want = ops.rms_norm(x, g, 1e-6)
+    got = under_orders(me, lambda: ops.rms_norm(x, g, 1e-6, backend=EMU))
+    np.testing.assert_allclose(got, want, rtol=4e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("rows,cols,T", [(1, 256, 1), (7, 512, 2), (33, 256, 5), (64, 1024, 1)])
+def test_matvec(me, rows, cols, T):
+    w = q5k_matrix(rows, cols, seed=rows)
+    x = np.random.default_rng(cols).standard_normal((T, cols)).astype(np.float32)
+    want = ops.matvec_q5_k(w, x)
+    got = under_orders(me, lambda: ops.matvec_q5_k(w, x, backend=EMU))
+    bound = np.abs(lmtail.dequantize_q5_k(w)).astype(np.float64) @ np.abs(x.astype(np.float64)).T
+    assert np.all(np.abs(got.astype(np.float64) - want) <= 2e-6 * bound.T + 1e-30)
+    assert ops.matvec_q5_k(w, x[0], backend=EMU).shape == (rows,)
+
+
+def test_matvec_zero_copy_offset_view(me):
+    # A weight that starts mid-page (like a GGUF tensor at a 32-byte offset): bound through a
+    # page-aligned no-copy buffer plus weight_offset.
+    w = q5k_matrix(9, 512, seed=3)
+    raw = np.zeros(w.nbytes + 4096 + 32, dtype=np.uint8)
+    off = (-raw.ctypes.data) % 4096 + 32
+    view = raw[off : off + w.nbytes].reshape(w.shape)
+    view[...] = w
+    x = np.random.default_rng(0).standard_normal(512).astype(np.float32)
+    assert ops.matvec_q5_k(view, x, backend=EMU).tobytes() == ops.matvec_q5_k(w, x, backend=EMU).tobytes()
+
+
+# ---- reductions -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 31, 1023, 1024, 1025, 4097, 20000])
+@pytest.mark.parametrize("kind", ["random", "ties", "negative"])
+def test_argmax_identical(me, n, kind):
+    rng = np.random.default_rng(n)
+    if kind == "random":
+        x = rng.standard_normal((3, n)).astype(np.float32)
+    elif kind == "ties":
+        x = rng.integers(0, 50, (3, n)).astype(np.float32)
+    else:
+        x = (-1 - rng.random((3, n)) * 10).astype(np.float32)
+    got = under_orders(me, lambda: ops.argmax(x, backend=EMU))
+    assert got.tolist() == ops.argmax(x).tolist()
+    excl = rng.choice(n, size=min(3, n - 1), replace=False).astype(np.uint32) if n > 1 else None
+    want = ops.greedy_argmax(x, excl)
+    got = under_orders(me, lambda: ops.greedy_argmax(x, excl, backend=EMU))
+    assert got.tolist() == want.tolist()
+
+
+def test_argmax_nan_and_signed_zero(me):
+    cases = [
+        [np.nan, np.nan, np.nan],
+        [np.nan, -np.inf, 1.0],
+        [np.nan, -np.inf],
+        [-0.0, 0.0, -0.0],
+        [0.0, -0.0],
+        [-np.inf, -np.inf],
+        [np.inf, 1.0, np.inf],
+    ]
+    for c in cases:
+        x = np.array(c, dtype=np.float32)
+        assert ops.argmax(x, backend=EMU) == ops.argmax(x), c
+    x = np.full(1500, np.nan, dtype=np.float32)  # the ragged chunk: padding must lose to NaN
+    x[1200] = np.nan
+    assert ops.argmax(x, backend=EMU) == 0
+
+
+def test_ties_through_ops_lowest_index(me):
+    # Identical inputs with the maximum in many chunks: lowest index wins, by index comparison.
+    for n in [5, 2048, 202048]:
+        x = np.zeros(n, dtype=np.float32)
+        assert ops.argmax(x, backend=EMU) == 0
+        x[[n - 1, n // 2, 7 % n]] = 1.0
+        assert ops.argmax(x, backend=EMU) == ops.argmax(x) == min(n - 1, n // 2, 7 % n)
+        assert ops.greedy_argmax(x, backend=EMU) == ops.argmax(x)
+
+
+def test_full_vocab_argmax_and_greedy(me):
+    # The full 202048-row argmax: 198 chunks, the last holding 320; heavy ties, max in the tail.
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 5000, 202048).astype(np.float32)
+    x[202043] = 6000.0
+    x[202047] = 6000.0
+    t0 = time.perf_counter()
+    assert ops.argmax(x, backend=EMU) == 202043
+    dt = time.perf_counter() - t0
+    assert ops.greedy_argmax(x, [202043], backend=EMU) == 202047
+    y = rng.integers(0, 5000, 202048).astype(np.float32)
+    assert ops.argmax(y, backend=EMU) == ops.argmax(y)
+    print(f"metal-emu argmax 202048: {dt * 1e3:.0f} ms")
+
+
+def test_greedy_fail_closed(me):
+    x = np.random.default_rng(0).standard_normal(3000).astype(np.float32)
+    for bad in [np.nan, np.inf, -np.inf]:
+        y = x.copy()
+        y[2999] = bad
+        with pytest.raises(NonFiniteLogitsError):
+            ops.greedy_argmax(y, backend=EMU)
+        with pytest.raises(NonFiniteLogitsError):  # an excluded id still latches
+            ops.greedy_argmax(y, [2999], backend=EMU)
+    # the raw kernel result: 0xFFFFFFFF latch, and 0xFFFFFFFE when everything is excluded
+    out = np.empty(1, dtype=np.uint32)
+    y = x[None, :].copy()
+    y[0, 5] = np.nan
+    me.greedy_argmax_rows(y, np.zeros(0, np.uint32), out, 0)
+    assert int(out[0]) == 0xFFFFFFFF
+    me.greedy_argmax_rows(x[None, :8].copy(), np.arange(8, dtype=np.uint32), out, 0)
+    assert int(out[0]) == 0xFFFFFFFE
+    with pytest.raises(ParameterError):
+        ops.greedy_argmax(x[:4], [0, 1, 2, 3], backend=EMU)
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (5, 5), (100, 7), (2049, 40), (3000, 1)])
+def test_topk_identical(me, n, k):
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 20, (2, n)).astype(np.float32)  # many ties
+    x[0, rng.integers(0, n)] = np.nan
+    x[1, 0] = -0.0
+    wi, wv = ops.topk(x, k)
+    gi, gv = under_orders(me, lambda: ops.topk(x, k, backend=EMU))
+    assert gi.tolist() == wi.tolist()
+    assert gv.tobytes() == wv.tobytes()
+
+
+# ---- the Head on metal-emu -------------------------------------------------------------------
+
+
+def test_head_on_metal_emu(me):
+    rows, cols = 3001, 512
+    w = q5k_matrix(rows, cols, seed=5, scale=0.05)
+    gamma = np.random.default_rng(1).standard_normal(cols).astype(np.float32)
+    h = np.random.default_rng(2).standard_normal((2, cols)).astype(np.float32)
+    cpu = lmtail.Head(w, gamma, logit_scale=0.5, softcap=20.0, eog_ids=[3])
+    emu = lmtail.Head(w, gamma, logit_scale=0.5, softcap=20.0, eog_ids=[3], backend=EMU)
+    lc, le = cpu.logits(h).copy(), emu.logits(h).copy()
+    np.testing.assert_allclose(le, lc, rtol=1e-5, atol=1e-5)
+    top2 = np.sort(lc, axis=1)[:, -2:]
+    if np.all(top2[:, 1] - top2[:, 0] > 1e-4):
+        assert emu.greedy(h).tolist() == cpu.greedy(h).tolist()
+    ids_e, _ = emu.topk(h, 5)
+    ids_c, _ = cpu.topk(h, 5)
+    assert ids_e[:, 0].tolist() == ids_c[:, 0].tolist()
+
+
+# ---- emulator faults (never hangs) ---------------------------------------------------------------
+
+
+def test_kernel_faults_raise(me):
+    out = np.zeros(64, dtype=np.uint32)
+    with pytest.raises(LmtailError, match=r"returned while .* wait at threadgroup_barrier metal/debug.metal:\d+"):
+        me.dispatch("debug_divergent_barrier", [1], [64], {0: out})
+    f = np.zeros(64, dtype=np.float32)
+    with pytest.raises(LmtailError, match="32 KiB"):
+        me.dispatch("debug_threadgroup_overflow", [1], [64], {0: f})
+    me.dispatch("debug_read_unwritten", [1], [64], {0: f})
+    assert f[0] == 1.0 and np.isnan(f[1:]).all()  # threadgroup memory is poisoned with NaN
+    with pytest.raises(LmtailError, match="not bound"):
+        me.dispatch("scale_f32", [1], [32], {1: np.zeros(2, np.uint32).tobytes()})
+    with pytest.raises(LmtailError, match="threads per threadgroup"):
+        me.dispatch("scale_f32", [1], [2048], {0: f, 1: np.zeros(2, np.uint32).tobytes()})
+
+
+@pytest.mark.slow
+def test_full_head_202048_x_6656(me):
+    # The full head on the emulator (~1 min on 2 slow cores: lane-serial dequantisation).
+    from _util import slab, tiled_head
+
+    w = tiled_head(202048, slab())
+    x = np.random.default_rng(0).standard_normal(6656).astype(np.float32)
+    t0 = time.perf_counter()
+    got = ops.matvec_q5_k(w, x, backend=EMU)
+    dt = time.perf_counter() - t0
+    want = ops.matvec_q5_k(w, x)
+    s = slab()
+    bound = (np.abs(lmtail.dequantize_q5_k(s)).astype(np.float64) @ np.abs(x.astype(np.float64)))
+    bound = np.tile(bound, -(-202048 // s.shape[0]))[:202048]
+    assert np.all(np.abs(got.astype(np.float64) - want) <= 2e-6 * bound + 1e-30)
+    assert ops.argmax(got, backend=EMU) == ops.argmax(want) or abs(float(got.max()) - float(want.max())) < 1e-5
+    print(f"metal-emu matvec 202048 x 6656: {dt:.1f} s")
+
+
+def test_head_from_gguf_zero_copy_weights(me, tmp_path):
+    # GGUF tensor data is memory-mapped read-only and only 32-byte aligned: the host wraps the
+    # page-rounded region in one no-copy buffer and binds the tensor at its offset.
+    from _gguf_util import head_model
+
+    path, arr = head_model(tmp_path / "m.gguf", "llama", rows=300, cols=512)
+    cpu = lmtail.Head.from_gguf(path)
+    emu = lmtail.Head.from_gguf(path, backend=EMU)
+    h = np.random.default_rng(0).standard_normal((3, 512)).astype(np.float32)
+    lc = cpu.logits(h).copy()
+    # random Q5_K bytes give logits ~100: an absolute bound scaled to the row (lane-partial sums)
+    np.testing.assert_allclose(emu.logits(h), lc, rtol=1e-5, atol=1e-6 * float(np.abs(lc).max()))
+    ids_e, vals_e = emu.topk(h, 4)
+    ids_c, vals_c = cpu.topk(h, 4)
+    assert ids_e[:, 0].tolist() == ids_c[:, 0].tolist()
+
+
+def test_unimplemented_op_raises_backend_error(me):
+    from lmtail import _backend
+    from lmtail.errors import BackendError
+
+    impl = _backend.get(EMU)
+    with pytest.raises(BackendError, match="metal-emu"):
+        impl.no_such_kernel(np.zeros(4, np.float32))
+    if hasattr(ops, "layer_norm"):  # an op added for the CPU only so far
+        with pytest.raises(BackendError):
+            ops.layer_norm(np.ones((1, 8), np.float32), backend=EMU)

@@ -1,0 +1,211 @@
+"""metal-emu hazard checker and schedule-order tests with planted bugs.
+
+* A dispatch of a concurrent encoder that touches a buffer an earlier dispatch wrote, with no
+  covering memoryBarrier, raises lmtail.errors.HazardError naming both dispatches and the buffer.
+* Snapshot mode runs anyway, with the unordered reader seeing the pre-write contents, so the
+  missing barrier also gives wrong numbers.
+* A kernel without its in-loop threadgroup_barrier gives schedule-dependent results; the correct
+  kernel gives identical bytes under every order.
+* The greedy latch is proven in the kernel: a NaN planted between the head and the argmax makes
+  the raw phase-2 slot 0xFFFFFFFF.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lmtail
+from lmtail import ops
+from lmtail.errors import HazardError, LmtailError, NonFiniteLogitsError
+
+from _util import q5k_matrix
+
+pytestmark = pytest.mark.skipif("metal-emu" not in lmtail.backends(), reason="built without LMTAIL_EMU")
+EMU = "metal-emu"
+
+
+@pytest.fixture
+def me():
+    from lmtail import _core
+
+    m = _core.metal_emu
+    m.configure("forward", 1, "raise")
+    m.set_debug([], -1)
+    m.take_hazards()
+    yield m
+    m.configure("forward", 1, "raise")
+    m.set_debug([], -1)
+    m.take_hazards()
+
+
+def test_hazard_error_is_lmtail_error():
+    assert issubclass(HazardError, LmtailError)
+
+
+def test_skip_all_barriers_env_raises(me, monkeypatch):
+    x = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
+    monkeypatch.setenv("LMTAIL_METAL_SKIP_BARRIERS", "1")
+    with pytest.raises(HazardError):
+        ops.argmax(x, backend=EMU)
+    with pytest.raises(HazardError):
+        ops.softcap(x, 0.5, 20.0, backend=EMU)
+    monkeypatch.setenv("LMTAIL_METAL_SKIP_BARRIERS", "0")
+    assert ops.argmax(x, backend=EMU) == ops.argmax(x)
+
+
+def test_phase_barrier_removed(me):
+    x = np.random.default_rng(1).standard_normal(5000).astype(np.float32)
+    me.set_debug(["argmax_phases"], -1)
+    with pytest.raises(HazardError) as ei:
+        ops.argmax(x, backend=EMU)
+    msg = str(ei.value)
+    assert "RAW hazard" in msg
+    assert "dispatch #1 'argmax_f32_phase2'" in msg and "dispatch #0 'argmax_f32_phase1'" in msg
+    assert "'argmax_partial_keys'" in msg
+    # snapshot mode: phase 2 sees the partial buffers as they were before phase 1 (poison)
+    me.configure("forward", 1, "snapshot")
+    got = ops.argmax(x, backend=EMU)
+    assert got != ops.argmax(x)
+    hz = me.take_hazards()
+    assert len(hz) == 2 and all("argmax_f32_phase2" in h for h in hz)
+
+
+def test_softcap_barrier_removed(me):
+    x = (np.random.default_rng(2).standard_normal(4096) * 40).astype(np.float32)
+    me.set_debug(["softcap_tanh"], -1)
+    with pytest.raises(HazardError) as ei:
+        ops.softcap(x, 0.5, 20.0, four_pass=True, backend=EMU)
+    msg = str(ei.value)
+    assert "dispatch #2 'tanh_f32_4'" in msg and "dispatch #1 'scale_f32_4'" in msg and "'logits'" in msg
+    # snapshot: tanh reads the buffer from before x*(1/cap) -> wrong numbers, not just a report
+    me.configure("forward", 1, "snapshot")
+    got = ops.softcap(x, 0.5, 20.0, four_pass=True, backend=EMU)
+    want = ops.softcap(x, 0.5, 20.0, four_pass=True)
+    assert got.tobytes() != want.tobytes()
+    assert me.take_hazards()
+    # every barrier present: no hazard in either mode, same bytes as the CPU
+    me.set_debug([], -1)
+    assert ops.softcap(x, 0.5, 20.0, backend=EMU).tobytes() == want.tobytes()
+    assert me.take_hazards() == []
+
+
+def test_barrier_names(me):
+    names = set(me.barrier_names())
+    assert {"argmax_phases", "softcap_inv", "softcap_tanh", "softcap_cap", "head_scale", "norm_head"} <= names
+    with pytest.raises(LmtailError):
+        me.set_debug(["no_such_barrier"], -1)
+
+
+def _ties(n, seed=0):
+    return np.random.default_rng(seed).integers(0, 5000, n).astype(np.float32)
+
+
+def _phase1_partials(me, kernel, x, order, seed):
+    n = x.size
+    chunks = -(-n // 1024)
+    args = np.array([n, 1, chunks, 0], dtype=np.uint32).tobytes()
+    idx = np.zeros(chunks, dtype=np.uint32)
+    me.configure(order, seed, "raise")
+    if kernel == "good":
+        keys = np.zeros(chunks, dtype=np.uint32)
+        me.dispatch("argmax_f32_phase1", [chunks, 1], [1024], {0: x, 1: keys, 2: idx, 3: args})
+    else:
+        me.dispatch("debug_argmax_f32_phase1_nobarrier", [chunks], [1024], {0: x, 1: idx, 2: args})
+    return idx
+
+
+def test_missing_inloop_barrier_is_order_dependent(me):
+    x = _ties(16 * 1024 - 100)
+    want = np.array([c * 1024 + int(np.argmax(x[c * 1024 : (c + 1) * 1024])) for c in range(16)])
+    orders = [("forward", 1), ("reverse", 1), ("random", 1), ("random", 2), ("random", 3)]
+    good = [_phase1_partials(me, "good", x, o, s) for o, s in orders]
+    for g in good:
+        assert g.tobytes() == good[0].tobytes()
+        assert g.tolist() == want.tolist()
+    bad = [_phase1_partials(me, "bad", x, o, s).tobytes() for o, s in orders]
+    assert len(set(bad)) > 1, "the planted race should give schedule-dependent partials"
+    assert any(b != want.astype(np.uint32).tobytes() for b in bad)
+
+
+# ---- the head graph: norm -> head -> scale -> x(1/cap) -> tanh -> x cap -> phase 1 -> phase 2 ----
+
+
+@pytest.fixture(scope="module")
+def head_data():
+    rows, cols = 2500, 512
+    w = q5k_matrix(rows, cols, seed=11, scale=0.05)
+    gamma = np.random.default_rng(3).standard_normal(cols).astype(np.float32)
+    h = np.random.default_rng(4).standard_normal((2, cols)).astype(np.float32)
+    return w, cols, gamma, h
+
+
+def _graph(me, d, excl=(), raw=False, embed=None, logits=None):
+    w, cols, gamma, h = d
+    res, rows, _ = me.head_greedy(w, cols, gamma, h, 1e-6, 0.5, 20.0, np.asarray(excl, dtype=np.uint32), logits,
+                                  raw, embed)
+    return res, rows
+
+
+def test_head_graph_matches_head(me, head_data):
+    w, cols, gamma, h = head_data
+    logits = np.empty((2, w.shape[0]), dtype=np.float32)
+    res, _ = _graph(me, head_data, logits=logits)
+    cpu = lmtail.Head(w, gamma, logit_scale=0.5, softcap=20.0, eps=1e-6)
+    ref = cpu.logits(h)
+    np.testing.assert_allclose(logits, ref, rtol=1e-5, atol=1e-5)
+    assert res.tolist() == ops.greedy_argmax(logits).tolist()
+    excl = [int(res[0]), int(res[1])]
+    res2, _ = _graph(me, head_data, excl=excl)
+    assert res2.tolist() == ops.greedy_argmax(logits, excl).tolist()
+    # identical bytes under every lane order
+    outs = []
+    table = np.arange(w.shape[0] * 3, dtype=np.float32).reshape(-1, 3)
+    for order, seed in [("forward", 1), ("reverse", 1), ("random", 5)]:
+        me.configure(order, seed, "raise")
+        lg = np.empty_like(logits)
+        r, g = _graph(me, head_data, logits=lg, embed=table)
+        outs.append((r.tobytes(), lg.tobytes(), g.tobytes()))
+    assert len(set(outs)) == 1
+
+
+@pytest.mark.parametrize("barrier", ["norm_head", "head_scale", "softcap_inv", "softcap_tanh", "softcap_cap",
+                                     "cap_argmax", "argmax_phases"])
+def test_head_graph_each_barrier_is_needed(me, head_data, barrier):
+    me.set_debug([barrier], -1)
+    with pytest.raises(HazardError):
+        _graph(me, head_data)
+
+
+def test_head_graph_route_a_zero_copy_view(me, head_data):
+    w, cols, gamma, h = head_data
+    copy = np.empty((2, w.shape[0]), dtype=np.float32)
+    res, _, view = me.head_greedy(w, cols, gamma, h, 1e-6, 0.5, 20.0, np.zeros(0, np.uint32), copy, False, None, True)
+    assert view.shape == copy.shape and not view.flags.writeable and not view.flags.owndata
+    assert view.tobytes() == copy.tobytes()
+    res2, _, view2 = me.head_greedy(w, cols, gamma, h * 2, 1e-6, 0.5, 20.0, np.zeros(0, np.uint32), None, False,
+                                    None, True)
+    assert view.tobytes() == copy.tobytes()  # a later call has its own buffer: the first view is intact
+    assert view2.tobytes() != copy.tobytes()
+    me.set_debug([], 3)  # a failing call publishes nothing
+    with pytest.raises(NonFiniteLogitsError):
+        me.head_greedy(w, cols, gamma, h, 1e-6, 0.5, 20.0, np.zeros(0, np.uint32), None, False, None, True)
+    del view2
+    assert view.tobytes() == copy.tobytes()
+
+
+def test_head_graph_planted_nan_latches_in_kernel(me, head_data):
+    me.set_debug([], 1234)
+    res, _ = _graph(me, head_data, raw=True)
+    assert int(res[0]) == 0xFFFFFFFF  # the raw phase-2 slot: the latch is set inside the kernel
+    with pytest.raises(NonFiniteLogitsError, match="latch"):
+        _graph(me, head_data)
+
+
+def test_head_graph_get_rows_reads_the_device_slot(me, head_data):
+    table = np.random.default_rng(9).standard_normal((head_data[0].shape[0], 48)).astype(np.float32)
+    res, rows = _graph(me, head_data, embed=table)
+    assert rows.tobytes() == table[res].tobytes()
+    me.set_debug([], 0)  # NaN planted: the slot holds 0xFFFFFFFF, the gathered row is NaN (fail closed)
+    res, rows = _graph(me, head_data, embed=table, raw=True)
+    assert int(res[0]) == 0xFFFFFFFF and np.isnan(rows[0]).all()
