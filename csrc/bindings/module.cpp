@@ -102,45 +102,31 @@ PYBIND11_MODULE(_core, m) {
           py::arg("isa"));
     m.def("default_threads", &lmt::cpu::default_threads);
 
-    m.def(
-        "rms_norm",
-        [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
-            const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
-            expect_shape(x, "x", {T, cols});
-            expect_shape(out, "out", {T, cols});
-            const float *xp = data_of<float>(x, "x", false);
-            float *op = data_of<float>(out, "out", true);
-            const float *gp = nullptr;
-            py::array g;
-            if (!gamma.is_none()) {
-                g = gamma.cast<py::array>();
-                expect_shape(g, "gamma", {cols});
-                gp = data_of<float>(g, "gamma", false);
-            }
-            py::gil_scoped_release nogil;
-            lmt::cpu::rms_norm(xp, gp, op, T, cols, eps);
-        },
-        py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
-
-    m.def(
-        "layer_norm",
-        [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
-            const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
-            expect_shape(x, "x", {T, cols});
-            expect_shape(out, "out", {T, cols});
-            const float *xp = data_of<float>(x, "x", false);
-            float *op = data_of<float>(out, "out", true);
-            const float *gp = nullptr;
-            py::array g;
-            if (!gamma.is_none()) {
-                g = gamma.cast<py::array>();
-                expect_shape(g, "gamma", {cols});
-                gp = data_of<float>(g, "gamma", false);
-            }
-            py::gil_scoped_release nogil;
-            lmt::cpu::layer_norm(xp, gp, op, T, cols, eps);
-        },
-        py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
+    // Row norms share one binding shape: x (T, cols), optional gamma (cols,), out (T, cols), eps.
+    using NormFn = void (*)(const float *, const float *, float *, int64_t, int64_t, float);
+    auto bind_norm = [&m](const char *name, NormFn fn) {
+        m.def(
+            name,
+            [fn](const py::array &x, const py::object &gamma, py::array &out, float eps) {
+                const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
+                expect_shape(x, "x", {T, cols});
+                expect_shape(out, "out", {T, cols});
+                const float *xp = data_of<float>(x, "x", false);
+                float *op = data_of<float>(out, "out", true);
+                const float *gp = nullptr;
+                py::array g;
+                if (!gamma.is_none()) {
+                    g = gamma.cast<py::array>();
+                    expect_shape(g, "gamma", {cols});
+                    gp = data_of<float>(g, "gamma", false);
+                }
+                py::gil_scoped_release nogil;
+                fn(xp, gp, op, T, cols, eps);
+            },
+            py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
+    };
+    bind_norm("rms_norm", &lmt::cpu::rms_norm);
+    bind_norm("layer_norm", &lmt::cpu::layer_norm);
 
     m.def(
         "matvec_q5_k",

@@ -40,9 +40,11 @@ def _out_like(x: np.ndarray, out: Optional[np.ndarray], name: str = "out") -> np
     return out
 
 
-def rms_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-5, *, backend: str = "cpu") -> np.ndarray:
-    """RMSNorm of each row: ``x / sqrt(mean(x^2) + eps) * gamma`` (ggml's CPU arithmetic)."""
+def _norm(kind: str, x, gamma, eps, backend: str) -> np.ndarray:
+    """Shared checks of the row norms; ``kind`` names the backend entry point."""
     impl = _backend.get(backend)
+    if not hasattr(impl, kind):
+        raise BackendError(f"{kind} is not implemented on backend {backend!r}")
     x = float32_array(x, "x")
     x2 = x.reshape(-1, x.shape[-1])
     g = None
@@ -54,28 +56,18 @@ def rms_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-
     if eps < 0:
         raise ParameterError(f"eps: expected >= 0; found {eps}")
     out = np.empty_like(x2)
-    impl.rms_norm(x2, g, out, eps)
+    getattr(impl, kind)(x2, g, out, eps)
     return out.reshape(x.shape)
+
+
+def rms_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-5, *, backend: str = "cpu") -> np.ndarray:
+    """RMSNorm of each row: ``x / sqrt(mean(x^2) + eps) * gamma`` (ggml's CPU arithmetic)."""
+    return _norm("rms_norm", x, gamma, eps, backend)
 
 
 def layer_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-5, *, backend: str = "cpu") -> np.ndarray:
     """LayerNorm of each row without bias: ``(x - mean) / sqrt(var + eps) * gamma`` (sums in double)."""
-    impl = _backend.get(backend)
-    if not hasattr(impl, "layer_norm"):
-        raise BackendError(f"layer_norm is not implemented on backend {backend!r}")
-    x = float32_array(x, "x")
-    x2 = x.reshape(-1, x.shape[-1])
-    g = None
-    if gamma is not None:
-        g = float32_array(gamma, "gamma", ndims=(1,))
-        if g.shape[0] != x.shape[-1]:
-            raise ShapeError(f"gamma: expected length {x.shape[-1]} (the row length of x); found {g.shape[0]}")
-    eps = finite_float(eps, "eps")
-    if eps < 0:
-        raise ParameterError(f"eps: expected >= 0; found {eps}")
-    out = np.empty_like(x2)
-    impl.layer_norm(x2, g, out, eps)
-    return out.reshape(x.shape)
+    return _norm("layer_norm", x, gamma, eps, backend)
 
 
 def matvec_q5_k(
