@@ -66,3 +66,14 @@ def llama_sdist() -> Path:
         if cand.is_dir():
             return cand
     return repo / ".oracle-src" / f"llama_cpp_python-{ORACLE_VERSION}"
+
+
+@functools.lru_cache(maxsize=None)
+def llama_cpp_module():
+    """The oracle's Python package (llama_cpp), backend initialised once."""
+    try:
+        import llama_cpp  # the oracle package; never imported by lmtail itself
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise OracleUnavailable(f"llama_cpp cannot be imported: {e}") from e
+    llama_cpp.llama_backend_init()
+    return llama_cpp

@@ -322,6 +322,16 @@ def rms_norm_mul(x, gamma, eps: float = 1e-5, threads: int = 1, fuse: bool = Tru
     use (fuse=True, llama.cpp's case).  fuse=False marks the norm as a graph output, which keeps
     the two nodes separate; both compute x*scale*gamma[i] left to right.
     """
+    return _norm_mul(x, gamma, eps, threads, "rms_norm", fuse)
+
+
+def norm_mul(x, gamma, eps: float = 1e-5, threads: int = 1) -> np.ndarray:
+    """ggml_mul(ggml_norm(x, eps), gamma): llama.cpp's LLM_NORM final norm without bias."""
+    return _norm_mul(x, gamma, eps, threads, "norm", True)
+
+
+def _norm_mul(x, gamma, eps: float, threads: int, op: str, fuse: bool) -> np.ndarray:
+    """ggml_mul(ggml_<op>(x, eps), gamma) over the rows of x (T, cols)."""
     x2, shape = _as_rows_f32(x, "x")
     g_ = np.ascontiguousarray(np.asarray(gamma))
     if g_.dtype != np.float32 or g_.ndim != 1 or g_.shape[0] != x2.shape[1]:
@@ -334,30 +344,12 @@ def rms_norm_mul(x, gamma, eps: float = 1e-5, threads: int = 1, fuse: bool = Tru
         g.a.set_input(tg)
         g.write(tx, x2)
         g.write(tg, g_)
-        tn = g.a.rms_norm(g.ctx, tx, _f32(eps))
+        tn = getattr(g.a, op)(g.ctx, tx, _f32(eps))
         ty = g.a.mul(g.ctx, tn, tg)
         if fuse:
             g.build(ty)
         else:
             g.build(tn, ty)  # tn flagged OUTPUT -> ggml_can_fuse refuses
-        g.compute(threads)
-        return g.read(ty, np.float32, shape)
-
-
-def norm_mul(x, gamma, eps: float = 1e-5, threads: int = 1) -> np.ndarray:
-    """ggml_mul(ggml_norm(x, eps), gamma): llama.cpp's LLM_NORM final norm without bias."""
-    x2, shape = _as_rows_f32(x, "x")
-    g_ = np.ascontiguousarray(np.asarray(gamma, dtype=np.float32))
-    rows, n = x2.shape
-    with _Graph(data_bytes=3 * x2.nbytes + g_.nbytes + 256, n_tensors=4) as g:
-        tx = g.new_2d(GGML_TYPE_F32, n, rows)
-        tg = g.new_1d(GGML_TYPE_F32, n)
-        g.a.set_input(tx)
-        g.a.set_input(tg)
-        g.write(tx, x2)
-        g.write(tg, g_)
-        ty = g.a.mul(g.ctx, g.a.norm(g.ctx, tx, _f32(eps)), tg)
-        g.build(ty)
         g.compute(threads)
         return g.read(ty, np.float32, shape)
 

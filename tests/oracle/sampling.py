@@ -15,21 +15,15 @@ import os
 
 import numpy as np
 
-from ._lib import OracleUnavailable, require  # noqa: F401  (re-exported for tests)
+from ._lib import OracleUnavailable, llama_cpp_module, require  # noqa: F401  (re-exported for tests)
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
 DEFAULT_SEED = 0xFFFFFFFF
 VOCAB_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "vocab")
 
 
-@functools.lru_cache(maxsize=None)
 def lc():
-    try:
-        import llama_cpp  # the oracle; never imported by lmtail itself
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise OracleUnavailable(f"llama_cpp cannot be imported: {e}") from e
-    llama_cpp.llama_backend_init()
-    return llama_cpp
+    return llama_cpp_module()
 
 
 class OracleVocab:

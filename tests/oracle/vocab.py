@@ -16,21 +16,15 @@ import pickle
 import tempfile
 from pathlib import Path
 
-from ._lib import OracleUnavailable, require  # noqa: F401  (re-exported for tests)
+from ._lib import OracleUnavailable, llama_cpp_module, require  # noqa: F401  (re-exported for tests)
 
 
 class OracleLoadError(RuntimeError):
     """llama.cpp refused to load the file (llama_model_load_from_file returned NULL)."""
 
 
-@functools.lru_cache(maxsize=None)
 def _llama_cpp():
-    try:
-        import llama_cpp  # the oracle package; never imported by lmtail itself
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise OracleUnavailable(f"llama_cpp cannot be imported: {e}") from e
-    llama_cpp.llama_backend_init()
-    return llama_cpp
+    return llama_cpp_module()
 
 
 _quiet_cb = None
