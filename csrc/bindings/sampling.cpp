@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/sampling.hpp"
+#include "cpu/speculative.hpp"
 #include "lmtail/cpu.hpp"
 
 namespace py = pybind11;
@@ -238,4 +239,75 @@ void bind_sampling(py::module_ &m) {
     m.def("sampling_log2f", [](float x) { return log2f(x); });
     m.def("sampling_powf", [](float x, float y) { return powf(x, y); });
     m.def("sampling_f2i", &smp::float_to_int_like_cpu);
+
+    // Speculative verification (python/lmtail/speculative.py): residual weights over an order,
+    // the blocked selection walk, and probability-row checks.
+    m.def("spec_residual_weights",
+          [](py::array p, py::object q, py::object order, py::array out_w) {
+              const float *pp = vec_of<float>(p, "p");
+              const size_t V = (size_t)p.shape(0);
+              const float *qq = nullptr;
+              if (!q.is_none()) {
+                  py::array qa = q.cast<py::array>();
+                  qq = vec_of<float>(qa, "q");
+                  if ((size_t)qa.shape(0) != V) throw lmt::ArgumentError("q: expected the length of p");
+              }
+              // order None: ascending ids (every token, nothing to validate)
+              const int32_t *o = order.is_none() ? nullptr : vec_of<int32_t>(order.cast<py::array>(), "order");
+              const size_t no = order.is_none() ? V : (size_t)order.cast<py::array>().shape(0);
+              if (!out_w.writeable()) throw lmt::ArgumentError("out_w: expected a writable array");
+              float *ow = const_cast<float *>(vec_of<float>(out_w, "out_w"));
+              if ((size_t)out_w.shape(0) < no) throw lmt::ArgumentError("out_w: expected room for len(order) entries");
+              py::gil_scoped_release nogil;
+              return lmt::spec::residual_weights(pp, qq, V, o, no, ow);
+          },
+          py::arg("p"), py::arg("q"), py::arg("order"), py::arg("out_w"));
+    m.def("spec_residual_support",
+          [](py::array p, py::object q) {
+              const float *pp = vec_of<float>(p, "p");
+              const size_t V = (size_t)p.shape(0);
+              const float *qq = nullptr;
+              if (!q.is_none()) {
+                  py::array qa = q.cast<py::array>();
+                  qq = vec_of<float>(qa, "q");
+                  if ((size_t)qa.shape(0) != V) throw lmt::ArgumentError("q: expected the length of p");
+              }
+              py::gil_scoped_release nogil;
+              return lmt::spec::residual_support(pp, qq, V);
+          },
+          py::arg("p"), py::arg("q"));
+    m.def("spec_select",
+          [](py::array w, size_t n, double u) {
+              const float *ww = vec_of<float>(w, "w");
+              if (n > (size_t)w.shape(0)) throw lmt::ArgumentError("n exceeds the weights");
+              py::gil_scoped_release nogil;
+              return lmt::spec::blocked_select(ww, n, u);
+          },
+          py::arg("w"), py::arg("n"), py::arg("u"));
+    m.def("spec_sparse_row",
+          [](py::array ids, py::array p, size_t V, int64_t tok) {
+              const int32_t *ii = vec_of<int32_t>(ids, "ids");
+              const float *pp = vec_of<float>(p, "probs");
+              if (ids.shape(0) != p.shape(0)) throw lmt::ArgumentError("ids and probs: expected one length");
+              lmt::spec::SparseRowInfo r;
+              {
+                  py::gil_scoped_release nogil;
+                  r = lmt::spec::sparse_row(ii, pp, (size_t)ids.shape(0), V, tok);
+              }
+              return py::make_tuple(r.sum, r.n_bad, r.found_bad, r.bad_id, r.repeated, r.p_tok);
+          },
+          py::arg("ids"), py::arg("probs"), py::arg("n_vocab"), py::arg("tok"));
+    m.def("spec_row_stats",
+          [](py::array x) {
+              const float *xx = vec_of<float>(x, "row");
+              const size_t n = (size_t)x.shape(0);
+              double sum = 0.0;
+              size_t bad = 0;
+              {
+                  py::gil_scoped_release nogil;
+                  lmt::spec::row_stats(xx, n, &sum, &bad);
+              }
+              return py::make_tuple(sum, bad);
+          },
+          py::arg("row"));
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os as _os
 
-from . import ops
+from . import ops, speculative
 from ._backend import backends
 from .errors import (
     BackendError,
@@ -49,6 +49,7 @@ def include_dir() -> str:
 __all__ = [
     "Head",
     "ops",
+    "speculative",
     "backends",
     "quantize_q5_k",
     "dequantize_q5_k",

@@ -56,6 +56,12 @@ class GrammarError(LmtailError, ValueError):
         super().__init__(where + message)
 
 
+class JSONSchemaError(GrammarError):
+    """A JSON schema llama.cpp's ``json_schema_to_grammar`` refuses: not JSON, outside the
+    supported subset (unknown ``type``, a ``$ref`` outside the document or unresolvable, a bad
+    ``minItems``/``enum``/``format``), or an invalid ``pattern``. No line/column."""
+
+
 __all__ = [
     "LmtailError",
     "NonFiniteLogitsError",
@@ -65,4 +71,5 @@ __all__ = [
     "ParameterError",
     "BackendError",
     "GrammarError",
+    "JSONSchemaError",
 ]

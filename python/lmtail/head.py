@@ -86,6 +86,12 @@ class Head:
         self._normed = np.empty((max_tokens, self._cols), dtype=np.float32)
         self.last_timings: dict[str, float] = {}
         self.path: Optional[str] = None
+        # Rows of the last successful compute still held in the staging buffer (what row(t) reads).
+        self._computed_T = 0
+        # Bytes each call hands back to the host (the route's payload: 4 per greedy token, 8 per
+        # top-k candidate, 4 * rows per whole row), cumulative and for the last call.
+        self.bytes_read_back = 0
+        self.last_bytes_read_back = 0
 
     # ---- construction from a GGUF file ----
     @classmethod
@@ -178,12 +184,24 @@ class Head:
 
     def _device_tail(self, h2: np.ndarray) -> None:
         t0 = time.perf_counter()
+        self._computed_T = 0
         if not self._device.run_tail(h2):
             raise NonFiniteLogitsError("logits before the soft cap: non-finite value (device latch)")
+        self._computed_T = h2.shape[0]
         self.last_timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
+
+    def _count(self, nbytes: int) -> None:
+        self.last_bytes_read_back = int(nbytes)
+        self.bytes_read_back += int(nbytes)
 
     def _tail(self, h2: np.ndarray) -> np.ndarray:
         """Norm -> head -> scale -> cap into the staging buffer; fail closed on non-finite values."""
+        self._computed_T = 0  # a failure below leaves no row for row(t) to hand out
+        logits = self._tail_impl(h2)
+        self._computed_T = h2.shape[0]
+        return logits
+
+    def _tail_impl(self, h2: np.ndarray) -> np.ndarray:
         if self._device is not None:
             T = h2.shape[0]
             self._ensure_capacity(T)
@@ -231,6 +249,7 @@ class Head:
             staged = self._tail(h2)
             np.copyto(self._published[:T], staged)  # publish only after every check passed
             self._published_T = T
+            self._count(4 * self._rows * T)
             view = self._published[:T].view()
             view.flags.writeable = False
             return view
@@ -252,12 +271,14 @@ class Head:
                 self._device.greedy(excl, out)
                 self.last_timings["select"] = time.perf_counter() - t0
                 check_greedy(out, self._rows, excl.size)
+                self._count(4 * out.size)
                 return out
             logits = self._tail(h2)
             t0 = time.perf_counter()
             self._impl.greedy_argmax_rows(logits, excl, out, self._threads)
             self.last_timings["select"] = time.perf_counter() - t0
             check_greedy(out, self._rows, excl.size)
+            self._count(4 * out.size)
             return out
 
     def topk(self, hidden: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -276,12 +297,44 @@ class Head:
                 self.last_timings["select"] = time.perf_counter() - t0
                 if not np.isfinite(vals).all():
                     raise NonFiniteLogitsError("top-k: non-finite candidate value")
+                self._count(8 * ids.size)
                 return ids, vals
             logits = self._tail(h2)
             t0 = time.perf_counter()
             self._impl.topk_rows(logits, int(k), ids, vals, self._threads)
             self.last_timings["select"] = time.perf_counter() - t0
+            self._count(8 * ids.size)
             return ids, vals
+
+    def row(self, t: int) -> np.ndarray:
+        """Row t of the last compute (``logits``, ``greedy`` or ``topk``) as a whole: the fallback of
+        the top-k route (a grammar rejection, a tie at the top-k boundary).
+
+        A read-only view valid until the next compute (the next call overwrites it); copy what you
+        keep. Counts ``4 * rows`` bytes read back. Raises if the last compute failed or had no row t.
+        """
+        with self._lock:
+            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < self._computed_T:
+                raise ParameterError(f"row: expected a row index in [0, {self._computed_T}) of the last successful "
+                                     f"compute; found {t!r}")
+            t = int(t)
+            out = self._staging[t]
+            if self._device is not None:
+                read_row = getattr(self._device, "read_row", None)
+                if read_row is not None:
+                    read_row(t, out)
+                else:  # older device builds: the whole batch comes back, and is counted
+                    self._device.read_logits(self._staging[: self._computed_T])
+                    self._count(4 * self._rows * self._computed_T)
+                    view = out.view()
+                    view.flags.writeable = False
+                    return view
+                if not np.isfinite(out).all():
+                    raise NonFiniteLogitsError(f"row {t}: non-finite logit at {_first_nonfinite(out)}")
+            self._count(4 * self._rows)
+            view = out.view()
+            view.flags.writeable = False
+            return view
 
     def __repr__(self) -> str:
         return (

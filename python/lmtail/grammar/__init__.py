@@ -9,16 +9,31 @@
   :mod:`.matcher`, :mod:`.mask`), with llama.cpp's lenient UTF-8 and partial-code-point rules
   (:mod:`.utf8`);
 * :class:`LazyGrammarMatcher` -- trigger tokens / words / patterns (:mod:`.lazy`);
-* :func:`common_sample` -- llama-server's sample-check-resample discipline (:mod:`.sampling`).
+* :func:`common_sample` -- llama-server's sample-check-resample discipline (:mod:`.sampling`);
+* :func:`json_schema_to_gbnf` -- llama.cpp's JSON schema -> GBNF text, byte for byte
+  (:mod:`.json_schema`; :class:`GBNFBuilder` for several schemas in one grammar).
 
 lmtail never calls llama.cpp; llama.cpp is only the tests' oracle.
 """
 
-from ..errors import GrammarError
+from ..errors import GrammarError, JSONSchemaError
+from .json_schema import GBNFBuilder, JSONSchemaWarning, json_schema_to_gbnf
 from .lazy import LazyGrammarMatcher
 from .matcher import Grammar, GrammarMatcher
 from .parser import parse_gbnf
 from .sampling import common_sample
 from .vocab import Vocab
 
-__all__ = ["Grammar", "GrammarMatcher", "GrammarError", "LazyGrammarMatcher", "Vocab", "common_sample", "parse_gbnf"]
+__all__ = [
+    "GBNFBuilder",
+    "Grammar",
+    "GrammarMatcher",
+    "GrammarError",
+    "JSONSchemaError",
+    "JSONSchemaWarning",
+    "LazyGrammarMatcher",
+    "Vocab",
+    "common_sample",
+    "json_schema_to_gbnf",
+    "parse_gbnf",
+]

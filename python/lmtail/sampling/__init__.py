@@ -12,6 +12,7 @@ from .logprobs import TokenLogprobs, post_sampling_logprobs, server_logprobs
 from .rng import DEFAULT_SEED, STDLIBS, Mt19937
 from .samplers import Sampler, SamplingError
 from .state import AdaptiveState, RequestSamplerState
+from .topk_route import TopKRows, batch_topk_needed, route_plan, sample_topk, topk_needed
 
 __all__ = [
     "Mt19937", "DEFAULT_SEED", "STDLIBS",
@@ -21,6 +22,7 @@ __all__ = [
     "RequestSamplerState", "AdaptiveState",
     "TokenLogprobs", "server_logprobs", "post_sampling_logprobs",
     "Sampler", "SamplingError",
+    "topk_needed", "batch_topk_needed", "route_plan", "sample_topk", "TopKRows",
     "common_sample",
 ]
 

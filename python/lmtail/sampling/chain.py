@@ -201,6 +201,7 @@ class Chain:
     n_vocab: int
     stdlib: str
     chain_seed: int
+    spec: list
     _buf: np.ndarray
     _greedy_only: bool
 

@@ -1,0 +1,52 @@
+// Host kernels of exact speculative verification (python/lmtail/speculative.py).
+//
+// The verifier's policy (accept tests, draw schedule) lives in Python; these are its O(vocab)
+// loops: the residual max(p - q, 0) over a caller-given token order, the selection walk, and the
+// probability-row checks. All are deterministic functions of their inputs (fixed summation
+// order, no threads), so a seeded verification replays byte for byte.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace lmt::spec {
+
+// Residual weights along `order` (nullptr: ids 0..V-1): out_w[j] = max(p[id] - q[id], 0) in float
+// for id = order[j] (q == nullptr: max(p[id], 0)). Returns how many are positive. Throws
+// lmt::ArgumentError when an id is outside [0, V) or repeated (a repeated id would count its mass
+// twice).
+size_t residual_weights(const float *p, const float *q, size_t V, const int32_t *order, size_t n_order,
+                        float *out_w);
+
+// Tokens of the whole vocabulary with a positive residual (the set `order` must cover).
+size_t residual_support(const float *p, const float *q, size_t V);
+
+// The selection walk over weights w[0, n) (>= 0) given one uniform u in [0, 1):
+// the weights are summed in blocks of kSelectBlock positions (each block a sequential double sum,
+// the blocks then added in order: S), target = u * S, and the first index with a positive weight
+// at which the running sum reaches the target is returned, the running sum advancing by whole
+// blocks and then element by element inside the block that reaches the target. If rounding leaves
+// the target unreached, the last positive weight. A zero weight is never selected. -1 when no
+// weight is positive. Blocks keep the sum's dependency chain short (independent per block):
+// at 200k weights this is ~4x faster than one sequential chain (see docs/DESIGN.md).
+constexpr size_t kSelectBlock = 32;
+int64_t blocked_select(const float *w, size_t n, double u);
+
+// Row checks for probability inputs: sum (double, 8 interleaved partial sums in a fixed order)
+// and the count of entries that are negative or not finite.
+void row_stats(const float *x, size_t n, double *sum, size_t *n_bad);
+
+// Checks a sparse probability row (ids, p) of n entries over a vocabulary of V tokens and looks
+// up one token: sum (double, in order), entries that are negative or not finite, the first id
+// outside [0, V) or repeated, and p at `tok` (0 when the row does not list it).
+struct SparseRowInfo {
+    double sum;
+    size_t n_bad;
+    bool found_bad;  // an id is out of range or repeated
+    int64_t bad_id;  // the first such id
+    bool repeated;   // bad_id is a repeat (else out of range)
+    float p_tok;
+};
+SparseRowInfo sparse_row(const int32_t *ids, const float *p, size_t n, size_t V, int64_t tok);
+
+}  // namespace lmt::spec

@@ -1,0 +1,487 @@
+"""Exact speculative verification: the draft is allowed to be wrong, the output never is.
+
+Three verifiers, one result type (:class:`Decision`):
+
+:func:`verify` -- stochastic drafts with their probabilities (the standard rule). Draft i is
+    accepted with probability min(1, p(x)/q(x)); at the first rejection the replacement is drawn
+    from the renormalised residual max(p - q, 0) (p itself when the residual is all zero); when
+    every draft is accepted the bonus token is drawn from the last target row. The emitted tokens
+    are then distributed exactly as target sampling would distribute them.
+:func:`verify_sample_and_match` -- llama-server's rule (``common_sampler_sample_and_accept_n``):
+    sample the target chain at every draft position and keep drafts while they equal the sample.
+    Seed-identical to llama.cpp, one chain draw per emitted token; the right rule for drafts
+    without probabilities (n-gram, argmax drafts), for which it is also the optimal lossless rule.
+:func:`verify_greedy` -- greedy targets through ``Head.greedy``: 4 bytes per verified row.
+
+Draw schedule of :func:`verify` (engine outputs of the request's distribution stream ``rng``):
+one ``uniform_real_distribution<float>`` draw (1 output) per examined draft -- also when the
+outcome is certain (p(x) = 0, p(x) >= q(x)), so the count never depends on the probabilities --
+plus one ``uniform_real_distribution<double>`` draw (2 outputs) for the replacement or bonus.
+A step therefore consumes ``accepted + 3`` outputs when a draft is rejected and ``n + 2`` when all
+n are accepted. ``Decision.draws`` reports it.
+
+Two deliberate differences from the anchor code the design came from: a token the target gives
+probability 0 is never emitted (the accept test is ``u < p/q`` with an explicit p(x) = 0 reject;
+``u <= p/q`` with "accept when q <= 0" can emit one), and a zero residual falls back to p instead
+of returning an arbitrary id.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import _core
+from .errors import DTypeError, ParameterError, ShapeError
+from .sampling.rng import Mt19937, check_stdlib
+
+# A probability row may miss 1 by float rounding (a float32 softmax over 200k entries is off by
+# ~1e-6); more than this means the caller passed logits or an unnormalised row.
+PROB_SUM_TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of one verification step.
+
+    ``accepted``: how many drafts were kept (a prefix of the draft). ``next_token``: the token
+    emitted after them (replacement or bonus), None when the step ended on a kept draft (an EOG or
+    a grammar trigger stopped it). ``tokens``: every emitted token, in order. ``logprobs``: the
+    target model's log-probability of each emitted token (natural log), or None when not
+    computed. ``draws``: engine outputs consumed from the distribution stream by this step.
+    """
+
+    accepted: int
+    next_token: Optional[int]
+    tokens: tuple
+    logprobs: Optional[tuple] = None
+    draws: int = 0
+
+
+# ---- probability rows ---------------------------------------------------------------------------
+class _Row:
+    """A probability distribution over the vocabulary: dense (n_vocab,) or sparse (ids, p)."""
+
+    __slots__ = ("dense", "ids", "p", "_sorted", "tok", "ptok")
+
+    def __init__(self, dense=None, ids=None, p=None, tok: int = -1, ptok: float = 0.0):
+        self.dense = dense
+        self.ids = ids
+        self.p = p
+        self._sorted: Optional[tuple] = None
+        self.tok = tok  # a token looked up while validating (the draft token of this position)
+        self.ptok = ptok
+
+    def prob(self, tok: int) -> float:
+        if self.dense is not None:
+            return float(self.dense[tok])
+        if tok == self.tok:
+            return self.ptok
+        return float(self.probs_at(np.array([tok], np.int64))[0])
+
+    def probs_at(self, toks: np.ndarray) -> np.ndarray:
+        """float32 probabilities of ``toks`` (0 for tokens a sparse row does not list)."""
+        if self.dense is not None:
+            return self.dense[toks]
+        if self._sorted is None:
+            srt = np.argsort(self.ids, kind="stable")
+            self._sorted = (self.ids[srt], self.p[srt])
+        sids, sp = self._sorted
+        if len(sids) == 0:
+            return np.zeros(len(toks), np.float32)
+        pos = np.minimum(np.searchsorted(sids, toks), len(sids) - 1)
+        return np.where(sids[pos] == toks, sp[pos], np.float32(0.0)).astype(np.float32)
+
+
+def _float_row(a, what: str) -> np.ndarray:
+    if not isinstance(a, np.ndarray):
+        raise DTypeError(f"{what}: expected a numpy float32 array; found {type(a).__name__}")
+    if a.dtype != np.float32:
+        raise DTypeError(f"{what}: expected dtype float32; found {a.dtype} (convert explicitly)")
+    return np.ascontiguousarray(a)
+
+
+def _check_probs(p: np.ndarray, what: str) -> None:
+    total, bad = _core.spec_row_stats(p)
+    if bad:
+        i = int(np.flatnonzero(~(np.isfinite(p) & (p >= 0)))[0])
+        raise ParameterError(f"{what}: probabilities must be finite and >= 0; found {p[i]} at index {i}")
+    if not abs(total - 1.0) <= PROB_SUM_TOLERANCE:
+        raise ParameterError(f"{what}: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum {total:.6g}"
+                             " -- pass the chain's probabilities, not logits")
+
+
+def _row(x, what: str, n_vocab: Optional[int], tok: int = -1) -> _Row:
+    if isinstance(x, tuple):
+        if len(x) != 2:
+            raise ParameterError(f"{what}: expected a dense row or an (ids, probs) pair; found a {len(x)}-tuple")
+        if n_vocab is None:
+            raise ParameterError(f"{what}: a sparse row needs n_vocab")
+        ids = x[0]
+        if not isinstance(ids, np.ndarray) or ids.dtype != np.int32 or not ids.flags.c_contiguous:
+            ids = np.asarray(ids)
+            if ids.dtype.kind not in "iu" or ids.ndim != 1:
+                raise DTypeError(f"{what}: ids must be a 1-D integer array; found {ids.dtype} with shape {ids.shape}")
+            if len(ids) and (ids.min() < 0 or ids.max() >= n_vocab):
+                raise ParameterError(f"{what}: token ids must lie in [0, {n_vocab})")
+            ids = np.ascontiguousarray(ids, dtype=np.int32)
+        p = x[1]
+        if not isinstance(p, np.ndarray) or p.dtype != np.float32 or not p.flags.c_contiguous:
+            p = _float_row(p, f"{what} probs")
+        if p.ndim != 1 or ids.ndim != 1 or p.shape != ids.shape:
+            raise ShapeError(f"{what}: ids and probs must have one length; found {ids.shape} and {p.shape}")
+        total, bad, found_bad, bad_id, repeated, ptok = _core.spec_sparse_row(ids, p, n_vocab, tok)
+        if found_bad:
+            raise ParameterError(f"{what}: token id {bad_id} " +
+                                 ("appears twice" if repeated else f"is outside [0, {n_vocab})"))
+        if bad:
+            i = int(np.flatnonzero(~(np.isfinite(p) & (p >= 0)))[0])
+            raise ParameterError(f"{what}: probabilities must be finite and >= 0; found {p[i]} at index {i}")
+        if not abs(total - 1.0) <= PROB_SUM_TOLERANCE:
+            raise ParameterError(f"{what}: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum "
+                                 f"{total:.6g} -- pass the chain's probabilities, not logits")
+        return _Row(ids=ids, p=p, tok=tok, ptok=float(ptok))
+    p = _float_row(x, what)
+    if p.ndim != 1 or (n_vocab is not None and p.shape[0] != n_vocab):
+        raise ShapeError(f"{what}: expected shape ({n_vocab},); found {p.shape}")
+    _check_probs(p, what)
+    return _Row(dense=p)
+
+
+def _rows(x, n: int, what: str, n_vocab: Optional[int], toks: Sequence[int] = ()) -> list:
+    if isinstance(x, np.ndarray) and x.ndim == 2:
+        if x.shape[0] != n:
+            raise ShapeError(f"{what}: expected {n} rows; found {x.shape[0]}")
+        x = _float_row(x, what)
+        if n_vocab is not None and x.shape[1] != n_vocab:
+            raise ShapeError(f"{what}: expected rows of length {n_vocab}; found {x.shape[1]}")
+        out = []
+        for i in range(n):
+            r = x[i]
+            _check_probs(r, f"{what}[{i}]")
+            out.append(_Row(dense=r))
+        return out
+    if isinstance(x, np.ndarray) or not isinstance(x, Sequence):
+        raise ShapeError(f"{what}: expected ({n}, n_vocab) or a sequence of {n} rows; found {getattr(x, 'shape', type(x).__name__)}")
+    if len(x) != n:
+        raise ShapeError(f"{what}: expected {n} rows; found {len(x)}")
+    return [_row(r, f"{what}[{i}]", n_vocab, toks[i] if i < len(toks) else -1) for i, r in enumerate(x)]
+
+
+def _n_vocab(*groups) -> Optional[int]:
+    for g in groups:
+        if g is None:
+            continue
+        if isinstance(g, np.ndarray) and g.ndim == 2:
+            return int(g.shape[1])
+        if isinstance(g, Sequence):
+            for r in g:
+                if isinstance(r, np.ndarray) and r.ndim == 1:
+                    return int(r.shape[0])
+    return None
+
+
+def _tokens(draft_tokens, n_vocab: Optional[int]) -> list:
+    toks = []
+    for i, t in enumerate(draft_tokens):
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (numbers.Integral, np.integer)):
+            raise ParameterError(f"draft_tokens[{i}]: expected a token id; found {t!r}")
+        t = int(t)
+        if t < 0 or (n_vocab is not None and t >= n_vocab):
+            raise ParameterError(f"draft_tokens[{i}]: token id {t} outside [0, {n_vocab})")
+        toks.append(t)
+    return toks
+
+
+def _stream(rng) -> Mt19937:
+    if isinstance(rng, Mt19937):
+        return rng
+    r = getattr(rng, "distribution_rng", None)  # RequestSamplerState
+    if isinstance(r, Mt19937):
+        return r
+    raise ParameterError(f"rng: expected an Mt19937 (the request's distribution stream) or a RequestSamplerState "
+                         f"with one; found {type(rng).__name__}")
+
+
+# ---- the residual / bonus draw ----------------------------------------------------------------
+_SCRATCH: dict = {}
+
+
+def _scratch(n: int) -> np.ndarray:
+    # One retained float buffer for the residual weights (no vocabulary-sized allocation per step);
+    # the weights are consumed before verify returns.
+    w = _SCRATCH.get("w")
+    if w is None or len(w) < n:
+        w = np.empty(max(n, 1024), np.float32)
+        _SCRATCH["w"] = w
+    return w
+
+
+def _order(order, row: _Row, what: str) -> Optional[np.ndarray]:
+    if order is None:
+        # default: the sparse row's own order, or ascending ids (None) for a dense row
+        return row.ids if row.dense is None else None
+    o = np.asarray(order)
+    if o.ndim != 1 or o.dtype.kind not in "iu":
+        raise DTypeError(f"{what}: expected a 1-D integer array of token ids; found {o.dtype} with shape {o.shape}")
+    if o.dtype != np.int32:
+        if len(o) and (o.min() < 0 or o.max() >= 2 ** 31):
+            raise ParameterError(f"{what}: token ids must be non-negative 32-bit integers")
+        o = o.astype(np.int32)
+    return np.ascontiguousarray(o)
+
+
+def _residual_weights(p: _Row, q: Optional[_Row], order: Optional[np.ndarray], what: str, n_vocab: int):
+    """Weights max(p - q, 0) along ``order`` (q None: p) and how many are positive.
+
+    ``order`` None: ascending ids over the whole vocabulary. Raises unless the order lists every
+    token of positive weight (a missing one would silently be impossible to draw)."""
+    if p.dense is not None and (q is None or q.dense is not None):
+        w = _scratch(n_vocab if order is None else len(order))
+        qd = None if q is None else q.dense
+        try:
+            n = int(_core.spec_residual_weights(p.dense, qd, order, w))
+        except ValueError as e:  # lmt::ArgumentError surfaces as ValueError
+            raise ParameterError(f"{what}: {e}") from None
+        w = w[: n_vocab if order is None else len(order)]
+        support = n if order is None else int(_core.spec_residual_support(p.dense, qd))
+    elif p.dense is None and (order is None or order is p.ids):
+        # Candidate rows in their own order (the top-k route's common case): the ids were checked
+        # when the row was, and the residual's support is the order itself.
+        order = p.ids
+        d = p.p if q is None else np.float32(p.p - q.probs_at(order))
+        w = np.ascontiguousarray(np.maximum(d, np.float32(0.0)), dtype=np.float32)
+        n = support = int(np.count_nonzero(w))
+    else:
+        if order is None:
+            order = np.arange(n_vocab, dtype=np.int32)
+        if len(order) and (order.min() < 0 or order.max() >= n_vocab):
+            raise ParameterError(f"{what}: token ids must lie in [0, {n_vocab})")
+        if len(np.unique(order)) != len(order):
+            raise ParameterError(f"{what}: repeated token id")
+        pw = p.probs_at(order)
+        d = pw if q is None else np.float32(pw - q.probs_at(order))
+        w = np.ascontiguousarray(np.maximum(d, np.float32(0.0)), dtype=np.float32)
+        n = int(np.count_nonzero(w > 0))
+        if p.dense is not None:
+            support = int(_core.spec_residual_support(p.dense, None))
+            if q is not None:  # sparse q: only its listed tokens change sign
+                before = p.dense[q.ids] > 0
+                after = np.float32(p.dense[q.ids] - q.p) > 0
+                support += int(np.count_nonzero(after)) - int(np.count_nonzero(before))
+        else:
+            pq = p.p if q is None else np.float32(p.p - q.probs_at(p.ids))
+            support = int(np.count_nonzero(pq > 0))
+    if n != support:
+        raise ParameterError(f"{what}: the order lists {n} of the {support} tokens with positive "
+                             f"{'probability' if q is None else 'residual'}; it must cover them all")
+    return order, w, n
+
+
+def _draw(order: Optional[np.ndarray], w: np.ndarray, rng: Mt19937, stdlib: str) -> int:
+    u = rng.uniform_double(stdlib)
+    j = int(_core.spec_select(w, len(w), u))
+    return j if order is None else int(order[j])
+
+
+def _logp(p: float) -> float:
+    return math.log(p) if p > 0 else float("-inf")
+
+
+# ---- verify -------------------------------------------------------------------------------------
+def verify(draft_tokens, draft_probs, target_probs, target_orders, rng, stdlib: str = "libstdc++", *,
+           n_vocab: Optional[int] = None) -> Decision:
+    """One exact speculative verification step (n drafts, n draft rows, n + 1 target rows).
+
+    ``draft_probs``: the draft's distribution at each draft position -- an (n, n_vocab) float32
+    array, or a sequence of rows, each dense (n_vocab,), a sparse ``(ids, probs)`` pair, or None
+    for a deterministic (argmax / n-gram) draft, i.e. q one-hot at the drafted token; None for
+    all rows at once. ``target_probs``: the target chain's distribution at each of the n + 1
+    positions, in the same forms (no None). Rows must be finite, >= 0 and sum to 1.
+    ``target_orders``: n + 1 token orders (or None): the order in which the replacement / bonus
+    draw walks the tokens -- e.g. the target chain's candidate order; it must list every token
+    with positive residual. None: a sparse row's own order, ascending ids for a dense row.
+    ``rng``: the request's distribution stream (an :class:`Mt19937`, or a RequestSamplerState);
+    ``stdlib``: its draw convention. ``n_vocab`` is needed only when every row is sparse.
+
+    Returns a :class:`Decision` with the target log-probabilities of the emitted tokens. On an
+    error the stream is left untouched.
+    """
+    stdlib = check_stdlib(stdlib)
+    stream = _stream(rng)
+    if isinstance(draft_tokens, np.ndarray):
+        draft_tokens = draft_tokens.tolist()
+    n = len(draft_tokens)
+    V = n_vocab if n_vocab is not None else _n_vocab(target_probs, draft_probs)
+    if V is None:
+        raise ParameterError("n_vocab: required when every probability row is sparse")
+    V = int(V)
+    toks = _tokens(draft_tokens, V)
+    P = _rows(target_probs, n + 1, "target_probs", V, toks)
+    if draft_probs is None:
+        Q: list = [None] * n
+    elif isinstance(draft_probs, np.ndarray) and draft_probs.ndim == 2:
+        Q = _rows(draft_probs, n, "draft_probs", V, toks)
+    else:
+        if isinstance(draft_probs, np.ndarray) or not isinstance(draft_probs, Sequence) or len(draft_probs) != n:
+            raise ShapeError(f"draft_probs: expected {n} rows; found {getattr(draft_probs, 'shape', None) or len(draft_probs)}")
+        Q = [None if r is None else _row(r, f"draft_probs[{i}]", V, toks[i]) for i, r in enumerate(draft_probs)]
+    if target_orders is None:
+        orders = [None] * (n + 1)
+    else:
+        if isinstance(target_orders, np.ndarray) and target_orders.ndim != 2:
+            raise ShapeError(f"target_orders: expected {n + 1} orders; found shape {target_orders.shape}")
+        if len(target_orders) != n + 1:
+            raise ShapeError(f"target_orders: expected {n + 1} orders (one per target row); found {len(target_orders)}")
+        orders = list(target_orders)
+
+    saved = stream.copy()
+    try:
+        return _verify(toks, Q, P, orders, stream, stdlib, V)
+    except Exception:
+        _reset_stream(stream, saved)
+        raise
+
+
+def _reset_stream(dst: Mt19937, src: Mt19937) -> None:
+    # Cheaper than snapshot()/restore() (no byte packing) on the common, error-free path.
+    dst._mt, dst._idx, dst.consumed, dst.seed = src._mt, src._idx, src.consumed, src.seed
+
+
+def _verify(toks, Q, P, orders, rng: Mt19937, stdlib: str, V: int) -> Decision:
+    start = rng.consumed
+    logps = []
+    for i, x in enumerate(toks):
+        p = P[i].prob(x)
+        q = 1.0 if Q[i] is None else Q[i].prob(x)
+        u = rng.uniform_float_value(stdlib)  # one output per examined draft, always
+        if p <= 0.0:
+            accept = False  # never emit a token the target cannot produce
+        elif q <= 0.0 or p >= q:
+            accept = True  # ratio >= 1 (q(x) = 0 means the draft could not have sampled x)
+        else:
+            accept = u < p / q
+        if accept:
+            logps.append(_logp(p))
+            continue
+        order = _order(orders[i], P[i], f"target_orders[{i}]")
+        qrow = Q[i] if Q[i] is not None else _Row(ids=np.array([x], np.int32), p=np.array([1.0], np.float32))
+        order, w, m = _residual_weights(P[i], qrow, order, f"target_orders[{i}]", V)
+        if m == 0:  # p == q: the residual is empty, its limit is p itself
+            order, w, m = _residual_weights(P[i], None, order, f"target_orders[{i}]", V)
+        y = _draw(order, w, rng, stdlib)
+        logps.append(_logp(P[i].prob(y)))
+        return Decision(i, y, tuple(toks[:i]) + (y,), tuple(logps), rng.consumed - start)
+    n = len(toks)
+    order = _order(orders[n], P[n], f"target_orders[{n}]")
+    order, w, _ = _residual_weights(P[n], None, order, f"target_orders[{n}]", V)
+    y = _draw(order, w, rng, stdlib)
+    logps.append(_logp(P[n].prob(y)))
+    return Decision(n, y, tuple(toks) + (y,), tuple(logps), rng.consumed - start)
+
+
+# ---- sample-and-match (llama-server) -----------------------------------------------------------
+def verify_sample_and_match(chain, target, draft_tokens, *, grammar=None, grammar_first: bool = False,
+                            eog_ids=(), n_probs: int = 0) -> Decision:
+    """llama-server's verification (``common_sampler_sample_and_accept_n``), seed-identical to it.
+
+    ``target``: the target logits of the n + 1 positions -- an (n + 1, n_vocab) float32 array
+    (whole rows) or a :class:`lmtail.sampling.TopKRows` (top-k candidates with a whole-row
+    fallback; see :func:`lmtail.sampling.topk_needed`). At each position the chain samples (with
+    ``grammar`` as ``common_sample`` applies it) and the token is accepted into the chain and the
+    grammar; the step stops at the first sample that differs from the draft, or after a sampled
+    EOG token (``eog_ids``) that is not the last draft; when the whole draft matched, one more
+    sample is the bonus. One rule beyond llama.cpp 0.3.36: when a token fires a lazy grammar's
+    trigger the step stops after it (the grammar constrains from the next token on, which needs a
+    whole row), on either kind of ``target``, so both routes emit the same tokens.
+
+    ``n_probs`` > 0 (whole rows only) also reports each emitted token's target log-probability as
+    llama-server computes it (softmax of the raw row); llama.cpp's server reports 0.0 there.
+    """
+    from .sampling.topk_route import TopKRows
+
+    if isinstance(draft_tokens, np.ndarray):
+        draft_tokens = draft_tokens.tolist()
+    n = len(draft_tokens)
+    toks = _tokens(draft_tokens, chain.n_vocab)
+    eog = frozenset(int(t) for t in eog_ids)
+    if isinstance(target, TopKRows):
+        if len(target) != n + 1:
+            raise ShapeError(f"target: expected {n + 1} rows (n drafts + 1); found {len(target)}")
+        if n_probs:
+            raise ParameterError("n_probs > 0 needs whole rows (topk_needed returns 0 for it)")
+        rows = None
+    else:
+        rows = _logit_rows(target, n + 1, chain.n_vocab)
+
+    def sample(i: int) -> int:
+        if rows is None:
+            return target.sample(chain, i, grammar, grammar_first)
+        if grammar is None:
+            return chain.sample(rows[i])
+        from .grammar.sampling import common_sample
+
+        return common_sample(chain, rows[i], grammar, grammar_first)
+
+    out: list[int] = []
+    logps: list[float] = []
+    accepted = 0
+    for i in range(n + 1):
+        tok = sample(i)
+        waiting = bool(getattr(grammar, "awaiting_trigger", False))
+        chain.accept(tok)
+        if grammar is not None:
+            grammar.accept(tok)
+        out.append(tok)
+        if n_probs and rows is not None:
+            from .sampling.logprobs import server_logprobs
+
+            pr = server_logprobs(rows[i], n_probs, tok).prob
+            logps.append(_logp(pr) if pr is not None else float("-inf"))
+        if i == n:
+            return Decision(n, tok, tuple(out), tuple(logps) if n_probs else None)
+        triggered = waiting and not bool(getattr(grammar, "awaiting_trigger", False))
+        if toks[i] != tok:
+            return Decision(i, tok, tuple(out), tuple(logps) if n_probs else None)
+        accepted += 1
+        if (tok in eog and i + 1 < n) or triggered:
+            return Decision(accepted, None, tuple(out), tuple(logps) if n_probs else None)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _logit_rows(target, T: int, n_vocab: int) -> np.ndarray:
+    a = _float_row(target, "target") if isinstance(target, np.ndarray) else None
+    if a is None:
+        raise DTypeError(f"target: expected a ({T}, {n_vocab}) float32 array or a TopKRows; found {type(target).__name__}")
+    if a.shape != (T, n_vocab):
+        raise ShapeError(f"target: expected shape ({T}, {n_vocab}) (n drafts + 1 rows); found {a.shape}")
+    return a
+
+
+# ---- greedy -------------------------------------------------------------------------------------
+def verify_greedy(head, hidden, draft_tokens, exclude=None) -> Decision:
+    """Greedy verification through ``head.greedy`` on the n + 1 target rows: 4 bytes per row.
+
+    ``hidden``: (n + 1, cols) final hidden states of the verify batch; ``exclude`` masks tokens
+    inside the argmax only (e.g. ``head.eog_ids`` for ignore-eos). Keeps drafts while they equal
+    the row's argmax; the next token is the argmax of the first mismatching row (or the bonus row).
+    """
+    if isinstance(draft_tokens, np.ndarray):
+        draft_tokens = draft_tokens.tolist()
+    n = len(draft_tokens)
+    toks = _tokens(draft_tokens, head.rows)
+    h = np.asarray(hidden)
+    if h.ndim != 2 or h.shape[0] != n + 1:
+        raise ShapeError(f"hidden: expected {n + 1} rows (n drafts + 1); found shape {h.shape}")
+    best = head.greedy(hidden, exclude)
+    for i in range(n):
+        if int(best[i]) != toks[i]:
+            return Decision(i, int(best[i]), tuple(toks[:i]) + (int(best[i]),))
+    return Decision(n, int(best[n]), tuple(toks) + (int(best[n]),))
+
+
+__all__ = ["Decision", "verify", "verify_sample_and_match", "verify_greedy", "PROB_SUM_TOLERANCE"]
