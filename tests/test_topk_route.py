@@ -183,25 +183,31 @@ CHAINS = {
 }
 
 
-def run_both(params, kind, seed, V=600, steps=12, stdlib="libstdc++"):
-    """Whole-row chain and top-k chain side by side for `steps` tokens; returns (tokens, fallbacks)."""
-    a = common_chain(V, seed=seed, stdlib=stdlib, **params)
-    b = common_chain(V, seed=seed, stdlib=stdlib, **params)
-    k = topk_needed(b)
+def run_pair(ref, ours, kind, seed, V, steps, *, snapshots=True):
+    """`ref` samples whole rows, `ours` the top-k route, for `steps` tokens; both accept each token."""
+    k = topk_needed(ours)
     assert k > 0
     g = np.random.default_rng(seed)
     toks = []
     for _ in range(steps):
         row = gen_logits(kind, g, V)
         ids, vals = canonical_topk(row, k + 1)
-        ta = a.sample(row)
-        tb = sample_topk(b, ids, vals, lambda row=row: row)
+        ta = ref.sample(row)
+        tb = sample_topk(ours, ids, vals, lambda row=row: row)
         assert ta == tb
-        a.accept(ta)
-        b.accept(tb)
-        assert a.snapshot() == b.snapshot()  # every RNG stream and history identical
+        ref.accept(ta)
+        ours.accept(tb)
+        if snapshots:
+            assert ref.snapshot() == ours.snapshot()  # every RNG stream and history identical
         toks.append(ta)
     return toks
+
+
+def run_both(params, kind, seed, V=600, steps=12, stdlib="libstdc++"):
+    """Whole-row chain and top-k chain side by side for `steps` tokens."""
+    a = common_chain(V, seed=seed, stdlib=stdlib, **params)
+    b = common_chain(V, seed=seed, stdlib=stdlib, **params)
+    return run_pair(a, b, kind, seed, V, steps)
 
 
 @pytest.mark.parametrize("kind", ["normal", "quantized", "fewvals", "peaked", "bf16", "tail_ties"])
@@ -308,16 +314,7 @@ def test_topk_route_equals_llama_cpp(name):
     for seed in (1, 7):
         ref = O.OracleCommonChain(V, seed=seed, **CHAINS[name])
         ours = common_chain(V, seed=seed, **CHAINS[name])
-        k = topk_needed(ours)
-        g = np.random.default_rng(seed)
-        for _ in range(16):
-            row = gen_logits("quantized" if seed == 7 else "normal", g, V)
-            ids, vals = canonical_topk(row, k + 1)
-            t_ref = ref.sample(row)
-            t = sample_topk(ours, ids, vals, lambda row=row: row)
-            assert t == t_ref
-            ref.accept(t_ref)
-            ours.accept(t)
+        run_pair(ref, ours, "quantized" if seed == 7 else "normal", seed, V, 16, snapshots=False)
 
 
 # ---- Head: row(t) and bytes read back ---------------------------------------------------------------

@@ -41,6 +41,15 @@ const T *vec_of(const py::array &a, const char *name) {
     return static_cast<const T *>(a.data());
 }
 
+// An optional second probability row (None -> nullptr) of the same length V as the first.
+const float *optional_row(const py::object &q, size_t V) {
+    if (q.is_none()) return nullptr;
+    py::array qa = q.cast<py::array>();
+    const float *qq = vec_of<float>(qa, "q");
+    if ((size_t)qa.shape(0) != V) throw lmt::ArgumentError("q: expected the length of p");
+    return qq;
+}
+
 void need_nonempty(size_t size, const char *what) {
     if (size == 0) throw lmt::ArgumentError(std::string(what) + ": the candidate array is empty");
 }
@@ -246,12 +255,7 @@ void bind_sampling(py::module_ &m) {
           [](py::array p, py::object q, py::object order, py::array out_w) {
               const float *pp = vec_of<float>(p, "p");
               const size_t V = (size_t)p.shape(0);
-              const float *qq = nullptr;
-              if (!q.is_none()) {
-                  py::array qa = q.cast<py::array>();
-                  qq = vec_of<float>(qa, "q");
-                  if ((size_t)qa.shape(0) != V) throw lmt::ArgumentError("q: expected the length of p");
-              }
+              const float *qq = optional_row(q, V);
               // order None: ascending ids (every token, nothing to validate)
               const int32_t *o = order.is_none() ? nullptr : vec_of<int32_t>(order.cast<py::array>(), "order");
               const size_t no = order.is_none() ? V : (size_t)order.cast<py::array>().shape(0);
@@ -266,12 +270,7 @@ void bind_sampling(py::module_ &m) {
           [](py::array p, py::object q) {
               const float *pp = vec_of<float>(p, "p");
               const size_t V = (size_t)p.shape(0);
-              const float *qq = nullptr;
-              if (!q.is_none()) {
-                  py::array qa = q.cast<py::array>();
-                  qq = vec_of<float>(qa, "q");
-                  if ((size_t)qa.shape(0) != V) throw lmt::ArgumentError("q: expected the length of p");
-              }
+              const float *qq = optional_row(q, V);
               py::gil_scoped_release nogil;
               return lmt::spec::residual_support(pp, qq, V);
           },
