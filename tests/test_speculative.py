@@ -481,3 +481,36 @@ def test_select_walk_matches_its_definition():
         for u in (0.0, float(g.random()), 1.0 - 2 ** -53):
             assert _core.spec_select(w, n, u) == ref(w, u)
     assert _core.spec_select(np.zeros(5, np.float32), 5, 0.0) == -1
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_untrusted_inputs_never_crash(data):
+    # Random geometry, orders with out-of-range and repeated ids, sparse rows with bad ids:
+    # every call returns a Decision or raises a typed lmtail error.
+    from lmtail.errors import LmtailError
+
+    V = data.draw(st.integers(1, 40))
+    n = data.draw(st.integers(0, 3))
+    g = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
+    P = skewed(g, n + 1, V)
+    Q = skewed(g, n, V) if data.draw(st.booleans()) else None
+    toks = [data.draw(st.integers(-2, V + 1)) for _ in range(n)]
+    orders = None
+    if data.draw(st.booleans()):
+        orders = [np.array(data.draw(st.lists(st.integers(-3, V + 2), max_size=V + 3)), np.int32)
+                  for _ in range(n + 1)]
+    if data.draw(st.booleans()) and n:
+        ids = np.array(data.draw(st.lists(st.integers(-3, V + 2), min_size=1, max_size=V + 3)), np.int64)
+        pr = np.full(len(ids), 1.0 / len(ids), np.float32)
+        P = list(P)
+        P[0] = (ids, pr)
+    try:
+        d = verify(toks, Q, P, orders, Mt19937(1), n_vocab=V)
+    except LmtailError:
+        return
+    assert 0 <= d.accepted <= n and all(0 <= t < V for t in d.tokens)
