@@ -120,7 +120,7 @@ def main() -> int:
 
     def ours_draw(prow, qrow, order=None):
         _, w, _ = S._residual_weights(prow, qrow, order, "bench", V)
-        return S._draw(order, w, rng, "libstdc++")
+        return S._draw(order, w, rng, "libstdc++", prow)
 
     def numpy_draw(p, q):
         r = np.maximum(p - q, 0)

@@ -188,6 +188,9 @@ def _n_vocab(*groups) -> Optional[int]:
 def _tokens(draft_tokens, n_vocab: Optional[int]) -> list:
     toks = []
     for i, t in enumerate(draft_tokens):
+        if type(t) is int and 0 <= t and (n_vocab is None or t < n_vocab):  # the common case, cheaply
+            toks.append(t)
+            continue
         if isinstance(t, (bool, np.bool_)) or not isinstance(t, (numbers.Integral, np.integer)):
             raise ParameterError(f"draft_tokens[{i}]: expected a token id; found {t!r}")
         t = int(t)
@@ -282,10 +285,16 @@ def _residual_weights(p: _Row, q: Optional[_Row], order: Optional[np.ndarray], w
     return order, w, n
 
 
-def _draw(order: Optional[np.ndarray], w: np.ndarray, rng: Mt19937, stdlib: str) -> int:
+def _draw(order: Optional[np.ndarray], w: np.ndarray, rng: Mt19937, stdlib: str, p: _Row) -> tuple:
+    """(token, its target probability) drawn from the weights along the order."""
     u = rng.uniform_double(stdlib)
     j = int(_core.spec_select(w, len(w), u))
-    return j if order is None else int(order[j])
+    if order is None:
+        return j, p.prob(j)
+    if order is p.ids:  # candidate rows in their own order: p is at the same position
+        return int(order[j]), float(p.p[j])
+    y = int(order[j])
+    return y, p.prob(y)
 
 
 def _logp(p: float) -> float:
@@ -373,14 +382,14 @@ def _verify(toks, Q, P, orders, rng: Mt19937, stdlib: str, V: int) -> Decision:
         order, w, m = _residual_weights(P[i], qrow, order, f"target_orders[{i}]", V)
         if m == 0:  # p == q: the residual is empty, its limit is p itself
             order, w, m = _residual_weights(P[i], None, order, f"target_orders[{i}]", V)
-        y = _draw(order, w, rng, stdlib)
-        logps.append(_logp(P[i].prob(y)))
+        y, py = _draw(order, w, rng, stdlib, P[i])
+        logps.append(_logp(py))
         return Decision(i, y, tuple(toks[:i]) + (y,), tuple(logps), rng.consumed - start)
     n = len(toks)
     order = _order(orders[n], P[n], f"target_orders[{n}]")
     order, w, _ = _residual_weights(P[n], None, order, f"target_orders[{n}]", V)
-    y = _draw(order, w, rng, stdlib)
-    logps.append(_logp(P[n].prob(y)))
+    y, py = _draw(order, w, rng, stdlib, P[n])
+    logps.append(_logp(py))
     return Decision(n, y, tuple(toks) + (y,), tuple(logps), rng.consumed - start)
 
 
