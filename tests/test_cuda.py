@@ -78,17 +78,41 @@ def test_head_routes_full_size():
         gpu.greedy(bad)
 
 
-def test_head_bytes_read_back_per_route():
-    q = q5k_matrix(5000, 512, seed=4)
-    head = lmtail.Head(q, None, logit_scale=1.0, softcap=30.0, backend="cuda")
+def test_routes_count_bytes_and_row_on_the_device():
+    # Head.row(t) reads one row back from the device; every route's count equals the device's own.
+    from lmtail.sampling import TopKRows, common_chain, topk_needed
+
+    q = q5k_matrix(5000, 512, seed=3)
+    g = np.random.default_rng(0).uniform(0.5, 1.5, 512).astype(np.float32)
+    head = lmtail.Head(q, g, logit_scale=0.25, softcap=15.0, backend="cuda")
+    h = (np.random.default_rng(1).standard_normal((3, 512)) * 4).astype(np.float32)
     dev = head._device
-    h = np.random.default_rng(4).standard_normal((3, 512)).astype(np.float32)
-    b0 = dev.bytes_read_back
+    full = head.logits(h).copy()
+    # greedy: 4 bytes per row (the kernel latches, caps and reduces); top-k and whole rows also
+    # read the 4-byte pre-cap latch of each row
+    for call, want in ((lambda: head.greedy(h), 4 * 3), (lambda: head.topk(h, 41), 8 * 41 * 3 + 4 * 3),
+                       (lambda: head.logits(h), 4 * 5000 * 3 + 4 * 3), (lambda: head.row(2), 4 * 5000)):
+        before = dev.bytes_read_back
+        call()
+        assert head.last_bytes_read_back == want == dev.bytes_read_back - before
+    assert np.array_equal(head.row(1), full[1])
     head.greedy(h)
-    assert dev.bytes_read_back - b0 == 4 * 3
-    b0 = dev.bytes_read_back
-    head.topk(h, 10)
-    assert dev.bytes_read_back - b0 == 8 * 10 * 3
-    b0 = dev.bytes_read_back
-    head.logits(h)
-    assert dev.bytes_read_back - b0 == 4 * 5000 * 3
+    assert np.array_equal(head.row(0), full[0])  # the greedy route leaves capped logits behind
+    # A non-finite pre-cap logit (an fp16 +inf block scale; tanh would hide it) fails the greedy
+    # route in its one kernel, and leaves no row to hand out.
+    qb = q.copy()
+    qb[7, 0:2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)
+    hb = lmtail.Head(qb, g, logit_scale=0.25, softcap=15.0, backend="cuda")
+    for route in (lambda: hb.greedy(h), lambda: hb.topk(h, 5), lambda: hb.logits(h)):
+        with pytest.raises(lmtail.NonFiniteLogitsError):
+            route()
+        with pytest.raises(lmtail.ParameterError):
+            hb.row(0)
+    a, b = common_chain(5000, seed=4), common_chain(5000, seed=4)
+    ids, vals = head.topk(h, topk_needed(b) + 1)
+    src = TopKRows(ids, vals, head.row)
+    for t in range(3):
+        ta, tb = a.sample(full[t]), src.sample(b, t)
+        assert ta == tb
+        a.accept(ta)
+        b.accept(tb)

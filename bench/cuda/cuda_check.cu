@@ -91,6 +91,8 @@ int main(int argc, char **argv) {
     const int n_chunks = (rows + 1023) / 1024;
     const int K = 40;
     LMT_CUDA_CHECK(cudaMalloc(&dW, q.size()));
+    void *dScr;
+    LMT_CUDA_CHECK(cudaMalloc(&dScr, cuda::mul_mv_q5_K_scratch_bytes(cols)));
     LMT_CUDA_CHECK(cudaMalloc(&dH, hidden.size() * 4));
     LMT_CUDA_CHECK(cudaMalloc(&dG, gamma.size() * 4));
     LMT_CUDA_CHECK(cudaMalloc(&dN, normed.size() * 4));
@@ -116,7 +118,7 @@ int main(int argc, char **argv) {
     std::printf("rms_norm: %zu / %zu values bit-identical to CPU\n", norm_eq, gN.size());
     for (int T : {1, 3, 8}) {
         cudaMemcpy(dN, normed.data(), (size_t)T * cols * 4, cudaMemcpyHostToDevice);  // same input as the CPU ref
-        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, st);
+        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, dScr, st);
         std::vector<float> g((size_t)T * rows);
         cudaMemcpy(g.data(), dL, g.size() * 4, cudaMemcpyDeviceToHost);
         double num = 0, den = 0;
@@ -131,7 +133,7 @@ int main(int argc, char **argv) {
         fails += rel >= 1e-6;
     }
     cudaMemcpy(dN, normed.data(), normed.size() * 4, cudaMemcpyHostToDevice);
-    cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, Tmax, dL, st);
+    cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, Tmax, dL, dScr, st);
     cuda::launch_softcap(dL, (int64_t)Tmax * rows, s, cap, true, st);
     cuda::launch_argmax_rows(dL, Tmax, rows, true, nullptr, dKey, dBad, dOut, st);
     std::vector<uint32_t> garg(Tmax);
@@ -139,6 +141,16 @@ int main(int argc, char **argv) {
     for (int t = 0; t < Tmax; ++t) {
         if (garg[t] != ref_arg[t]) {
             std::printf("greedy row %d: gpu %u cpu %u FAIL\n", t, garg[t], ref_arg[t]);
+            ++fails;
+        }
+    }
+    // Fused soft cap + greedy argmax (the graph tail's last kernel) on the same pre-cap logits.
+    cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, Tmax, dL, dScr, st);
+    cuda::launch_greedy_softcap_argmax(dL, Tmax, rows, s, cap, nullptr, dKey, dBad, dOut, st);
+    cudaMemcpy(garg.data(), dOut, Tmax * 4, cudaMemcpyDeviceToHost);
+    for (int t = 0; t < Tmax; ++t) {
+        if (garg[t] != ref_arg[t]) {
+            std::printf("fused cap+greedy row %d: gpu %u cpu %u FAIL\n", t, garg[t], ref_arg[t]);
             ++fails;
         }
     }
@@ -187,7 +199,7 @@ int main(int argc, char **argv) {
     for (int T : {1, 4, 8}) {
         char name[64];
         std::snprintf(name, sizeof name, "head matvec T=%d", T);
-        time_it(name, reps, wbytes, [&] { cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, st); });
+        time_it(name, reps, wbytes, [&] { cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, dScr, st); });
     }
     time_it("argmax one row (2 phases)", reps, 0, [&] { cuda::launch_argmax_rows(dL, 1, rows, false, nullptr, dKey, dBad, dOut, st); });
     time_it("top-40 one row", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
@@ -202,7 +214,7 @@ int main(int argc, char **argv) {
         cudaGraphExec_t exec;
         cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal);
         cuda::launch_rms_norm(dH, dG, dN, T, cols, 1e-5f, cs);
-        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, cs);
+        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, dScr, cs);
         cuda::launch_softcap(dL, (int64_t)T * rows, s, cap, true, cs);
         cuda::launch_argmax_rows(dL, T, rows, true, nullptr, dKey, dBad, dOut, cs);
         cudaMemcpyAsync(hOut, dOut, 4 * T, cudaMemcpyDeviceToHost, cs);

@@ -99,12 +99,13 @@ void bind_cuda(py::module_ &m) {
     sub.def("matvec_q5_k", [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int, const std::string &) {
         const int64_t rows = dim(w, 0), T = dim(x, 0);
         const size_t row_bytes = (size_t)cols / 256 * 176;
-        DevBuf dw(rows * row_bytes), dx(T * cols * 4), dy(T * rows * 4);
+        DevBuf dw(rows * row_bytes), dx(T * cols * 4), dy(T * rows * 4),
+            dscr(lmt::cuda::mul_mv_q5_K_scratch_bytes((int)cols));
         check(cudaMemcpy2D(dw.p, row_bytes, w.data(), rows > 1 ? (size_t)w.strides(0) : row_bytes, row_bytes, rows,
                            cudaMemcpyHostToDevice));
         check(cudaMemcpy(dx.p, ptr<float>(x, "x", false), T * cols * 4, cudaMemcpyHostToDevice));
         lmt::cuda::launch_mul_mv_q5_K(dw.as<uint8_t>(), row_bytes, (int)rows, (int)cols, dx.as<float>(), (int)T,
-                                      dy.as<float>(), 0);
+                                      dy.as<float>(), dscr.p, 0);
         check(cudaMemcpy(ptr<float>(out, "out", true), dy.p, T * rows * 4, cudaMemcpyDeviceToHost));
     });
     sub.def("scale", [](py::array &x, float s, int) { unary(x, s, 0.0f, 0); });
@@ -171,18 +172,26 @@ void bind_cuda(py::module_ &m) {
              py::arg("w"), py::arg("cols"), py::arg("gamma"), py::arg("norm_kind"), py::arg("eps"), py::arg("scale"),
              py::arg("softcap"), py::arg("max_tokens"))
         .def("run_tail",
-             [](lmt::cuda::DeviceHead &h, const py::array &hidden) {
+             [](lmt::cuda::DeviceHead &h, const py::array &hidden, bool check_latch) {
                  const int T = (int)dim(hidden, 0);
                  const float *p = ptr<float>(hidden, "hidden", false);
                  py::gil_scoped_release nogil;
-                 return h.run_tail(p, T);
-             })
+                 return h.run_tail(p, T, check_latch);
+             },
+             py::arg("hidden"), py::arg("check_latch") = true)
         .def("read_logits",
              [](lmt::cuda::DeviceHead &h, py::array &out) {
                  float *p = ptr<float>(out, "out", true);
                  const int T = (int)dim(out, 0);
                  py::gil_scoped_release nogil;
                  h.read_logits(p, T);
+             })
+        .def("read_row",
+             [](lmt::cuda::DeviceHead &h, int t, py::array &out) {
+                 float *p = ptr<float>(out, "out", true);
+                 if (out.size() != h.rows()) throw std::invalid_argument("read_row: expected one row of the head's rows");
+                 py::gil_scoped_release nogil;
+                 h.read_row(t, p);
              })
         .def("greedy",
              [](lmt::cuda::DeviceHead &h, const py::array &excl, py::array &out) {

@@ -26,12 +26,13 @@ DeviceHead::DeviceHead(const uint8_t *w, int rows, int cols, size_t row_stride, 
         LMT_CUDA_CHECK(cudaMemcpy(gamma_, gamma, (size_t)cols * 4, cudaMemcpyHostToDevice));
     }
     LMT_CUDA_CHECK(cudaMalloc(&mask_, ((size_t)rows + 31) / 32 * 4));
+    LMT_CUDA_CHECK(cudaMalloc(&mv_scratch_, mul_mv_q5_K_scratch_bytes(cols)));
     ensure_tokens(std::max(1, max_tokens));
 }
 
 DeviceHead::~DeviceHead() {
     for (void *p : {(void *)w_, (void *)gamma_, (void *)hidden_, (void *)normed_, (void *)logits_, (void *)keys_,
-                    (void *)top_scratch_, (void *)bad_, (void *)out_, (void *)mask_, (void *)ids_, (void *)vals_})
+                    (void *)top_scratch_, (void *)bad_, (void *)out_, (void *)mask_, (void *)ids_, (void *)vals_, mv_scratch_})
         if (p) cudaFree(p);
     if (host_out_) cudaFreeHost(host_out_);
 }
@@ -53,7 +54,7 @@ void DeviceHead::ensure_tokens(int T) {
     top_k_cap_ = 0;  // top-k scratch is sized per (T, k) on demand
 }
 
-bool DeviceHead::run_tail(const float *hidden, int T) {
+bool DeviceHead::run_tail(const float *hidden, int T, bool check_latch) {
     ensure_tokens(T);
     LMT_CUDA_CHECK(cudaMemcpy(hidden_, hidden, (size_t)T * cols_ * 4, cudaMemcpyHostToDevice));
     const float *x = hidden_;
@@ -61,13 +62,20 @@ bool DeviceHead::run_tail(const float *hidden, int T) {
         launch_rms_norm(hidden_, gamma_, normed_, T, cols_, eps_, 0);
         x = normed_;
     }
-    launch_mul_mv_q5_K(w_, row_stride_, rows_, cols_, x, T, logits_, 0);
-    // Pre-cap finite check (tanh would turn +Inf into a finite cap): the greedy reduction's latch.
+    launch_mul_mv_q5_K(w_, row_stride_, rows_, cols_, x, T, logits_, mv_scratch_, 0);
+    if (!check_latch) {  // route B: greedy() checks, caps and reduces
+        capped_ = false;
+        return true;
+    }
+    // Pre-cap finite check (tanh would turn +Inf into a finite cap): the greedy reduction's latch,
+    // 4 bytes per row back (counted: routes A and C pay it on top of their payload).
     launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, 0);
     LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
+    bytes_back_ += (uint64_t)T * 4;
     for (int t = 0; t < T; ++t)
         if (host_out_[t] == LMT_ARGMAX_INVALID) return false;
     launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, 0);
+    capped_ = true;
     return true;
 }
 
@@ -76,13 +84,45 @@ void DeviceHead::read_logits(float *out, int T) {
     bytes_back_ += (uint64_t)T * rows_ * 4;
 }
 
+void DeviceHead::read_row(int t, float *out) {
+    if (t < 0 || t >= max_tokens_) throw std::out_of_range("read_row: row " + std::to_string(t) + " not computed");
+    LMT_CUDA_CHECK(cudaMemcpy(out, logits_ + (size_t)t * rows_, (size_t)rows_ * 4, cudaMemcpyDeviceToHost));
+    bytes_back_ += (uint64_t)rows_ * 4;
+}
+
 void DeviceHead::greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t *out) {
     const uint32_t *mask = nullptr;
     if (!excl_mask.empty()) {
         LMT_CUDA_CHECK(cudaMemcpy(mask_, excl_mask.data(), excl_mask.size() * 4, cudaMemcpyHostToDevice));
         mask = mask_;
     }
-    launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, 0);
+    if (!capped_) {
+        // After run_tail(check_latch = false): one kernel checks the pre-cap logits (latch), caps
+        // in registers and reduces; then the stored logits are capped for a later read_row.
+        if (cap_ > 0.0f && T <= 1024) {
+            launch_greedy_softcap_argmax(logits_, T, rows_, scale_, cap_, mask, keys_, bad_, out_, 0);
+            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, 0);
+        } else {
+            // No cap (scale only; an overflow to inf is still latched) or too many rows for the
+            // one-launch kernel: cap first, then the latching reduction.
+            if (cap_ > 0.0f) {
+                launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, 0);
+                LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
+                bytes_back_ += (uint64_t)T * 4;
+                bool bad = false;
+                for (int t = 0; t < T; ++t) bad |= host_out_[t] == LMT_ARGMAX_INVALID;
+                if (bad) {
+                    std::fill(out, out + T, LMT_ARGMAX_INVALID);
+                    return;
+                }
+            }
+            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, 0);
+            launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, 0);
+        }
+        capped_ = true;
+    } else {
+        launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, 0);
+    }
     LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
     std::copy(host_out_, host_out_ + T, out);
     bytes_back_ += (uint64_t)T * 4;

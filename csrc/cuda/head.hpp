@@ -24,9 +24,13 @@ class DeviceHead {
     int cols() const { return cols_; }
     // Runs the tail on T hidden rows (host pointer). Returns false if a pre-cap logit was
     // non-finite (nothing is read back then).
-    bool run_tail(const float *hidden, int T);
+    // check_latch = false (route B): skip the pre-cap latch read-back and the cap; greedy() then
+    // checks, caps and reduces in one kernel, so the route reads back only its 4 bytes per row.
+    bool run_tail(const float *hidden, int T, bool check_latch = true);
     // Route A: copy the T x rows capped logits to host memory.
     void read_logits(float *out, int T);
+    // One whole row t of the last tail (the top-k route's fallback): rows_ floats.
+    void read_row(int t, float *out);
     // Route B: greedy ids (LMT_ARGMAX_INVALID on a non-finite row), exclusion bitmask (or empty).
     void greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t *out);
     // Route C: top-k candidates per row.
@@ -43,9 +47,11 @@ class DeviceHead {
     uint64_t *keys_ = nullptr, *top_scratch_ = nullptr;
     uint32_t *bad_ = nullptr, *out_ = nullptr, *mask_ = nullptr, *ids_ = nullptr;
     float *vals_ = nullptr;
+    void *mv_scratch_ = nullptr;  // matvec activation fragments
     size_t top_scratch_elems_ = 0;
     int top_k_cap_ = 0;
     uint32_t *host_out_ = nullptr;  // pinned, 4 bytes per row
+    bool capped_ = true;            // logits_ hold the capped logits of the last tail
     uint64_t bytes_back_ = 0;
 };
 

@@ -9,13 +9,20 @@
 namespace lmt::cuda {
 
 void launch_rms_norm(const float *x, const float *gamma, float *y, int rows, int cols, float eps, cudaStream_t stream);
+// Scratch (device, mul_mv_q5_K_scratch_bytes(cols) bytes) holds the activations' f16 hi/lo
+// fragments; with scratch == nullptr the f32 CUDA-core kernel (v1) runs instead.
+size_t mul_mv_q5_K_scratch_bytes(int cols);
 void launch_mul_mv_q5_K(const uint8_t *w, size_t row_stride, int rows, int cols, const float *x, int T, float *y,
-                        cudaStream_t stream);
+                        void *scratch, cudaStream_t stream);
 void launch_tanh(float *x, int64_t n, cudaStream_t stream);
 void launch_softcap(float *x, int64_t n, float s, float cap, bool four_pass, cudaStream_t stream);
 // Scratch: part_key and part_bad hold rows * ceil(n / 1024) entries each.
 void launch_argmax_rows(const float *x, int rows, int n, bool greedy, const uint32_t *excl_mask, uint64_t *part_key,
                         uint32_t *part_bad, uint32_t *out, cudaStream_t stream);
+// Greedy argmax of cap * tanh((x * s) * (1 / cap)) without writing the capped logits (cap > 0,
+// rows <= 1024); same latch, exclusion and scratch as launch_argmax_rows.
+void launch_greedy_softcap_argmax(const float *x, int rows, int n, float s, float cap, const uint32_t *excl_mask,
+                                  uint64_t *part_key, uint32_t *part_bad, uint32_t *out, cudaStream_t stream);
 size_t topk_scratch_elems(int rows, int n, int k);
 void launch_topk_rows(const float *x, int rows, int n, int k, uint64_t *scratch, uint32_t *ids, float *vals,
                       cudaStream_t stream);

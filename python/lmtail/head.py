@@ -88,6 +88,7 @@ class Head:
         self.path: Optional[str] = None
         # Rows of the last successful compute still held in the staging buffer (what row(t) reads).
         self._computed_T = 0
+        self._device_before = 0
         # Bytes each call hands back to the host (the route's payload: 4 per greedy token, 8 per
         # top-k candidate, 4 * rows per whole row), cumulative and for the last call.
         self.bytes_read_back = 0
@@ -182,13 +183,18 @@ class Head:
             pub[: self._published.shape[0]] = self._published
             self._published = pub
 
-    def _device_tail(self, h2: np.ndarray) -> None:
+    def _device_tail(self, h2: np.ndarray, check_latch: bool = True) -> None:
         t0 = time.perf_counter()
         self._computed_T = 0
-        if not self._device.run_tail(h2):
+        if not self._device.run_tail(h2, check_latch):
             raise NonFiniteLogitsError("logits before the soft cap: non-finite value (device latch)")
         self._computed_T = h2.shape[0]
         self.last_timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
+
+    def _device_delta(self) -> int:
+        dev = self._device
+        assert dev is not None
+        return int(dev.bytes_read_back - self._device_before)
 
     def _count(self, nbytes: int) -> None:
         self.last_bytes_read_back = int(nbytes)
@@ -197,6 +203,7 @@ class Head:
     def _tail(self, h2: np.ndarray) -> np.ndarray:
         """Norm -> head -> scale -> cap into the staging buffer; fail closed on non-finite values."""
         self._computed_T = 0  # a failure below leaves no row for row(t) to hand out
+        self._device_before = self._device.bytes_read_back if self._device is not None else 0
         logits = self._tail_impl(h2)
         self._computed_T = h2.shape[0]
         return logits
@@ -249,7 +256,7 @@ class Head:
             staged = self._tail(h2)
             np.copyto(self._published[:T], staged)  # publish only after every check passed
             self._published_T = T
-            self._count(4 * self._rows * T)
+            self._count(self._device_delta() if self._device is not None else 4 * self._rows * T)
             view = self._published[:T].view()
             view.flags.writeable = False
             return view
@@ -266,12 +273,16 @@ class Head:
                 raise ParameterError(f"exclude: excludes all {self._rows} token ids; nothing left to choose")
             out = np.empty(h2.shape[0], dtype=np.uint32)
             if self._device is not None:  # route B: 4 bytes per row leave the device
-                self._device_tail(h2)
+                before = self._device.bytes_read_back
+                # no separate pre-cap latch read: the greedy kernel latches, caps and reduces
+                self._device_tail(h2, check_latch=False)
                 t0 = time.perf_counter()
                 self._device.greedy(excl, out)
                 self.last_timings["select"] = time.perf_counter() - t0
+                self._count(self._device.bytes_read_back - before)
+                if np.any(out == 0xFFFFFFFF):
+                    self._computed_T = 0  # the stored logits hold a non-finite value
                 check_greedy(out, self._rows, excl.size)
-                self._count(4 * out.size)
                 return out
             logits = self._tail(h2)
             t0 = time.perf_counter()
@@ -291,13 +302,15 @@ class Head:
             ids = np.empty((T, int(k)), dtype=np.uint32)
             vals = np.empty((T, int(k)), dtype=np.float32)
             if self._device is not None:  # route C: k candidates per row leave the device
+                self._device_before = self._device.bytes_read_back
                 self._device_tail(h2)
                 t0 = time.perf_counter()
                 self._device.topk(int(k), ids, vals)
                 self.last_timings["select"] = time.perf_counter() - t0
+                # 8 bytes per candidate plus the 4-byte pre-cap latch per row
+                self._count(self._device_delta())
                 if not np.isfinite(vals).all():
                     raise NonFiniteLogitsError("top-k: non-finite candidate value")
-                self._count(8 * ids.size)
                 return ids, vals
             logits = self._tail(h2)
             t0 = time.perf_counter()
@@ -320,15 +333,7 @@ class Head:
             t = int(t)
             out = self._staging[t]
             if self._device is not None:
-                read_row = getattr(self._device, "read_row", None)
-                if read_row is not None:
-                    read_row(t, out)
-                else:  # older device builds: the whole batch comes back, and is counted
-                    self._device.read_logits(self._staging[: self._computed_T])
-                    self._count(4 * self._rows * self._computed_T)
-                    view = out.view()
-                    view.flags.writeable = False
-                    return view
+                self._device.read_row(t, out)
                 if not np.isfinite(out).all():
                     raise NonFiniteLogitsError(f"row {t}: non-finite logit at {_first_nonfinite(out)}")
             self._count(4 * self._rows)
