@@ -122,15 +122,24 @@ int64_t blocked_select(const float *w, size_t n, double u) {
 
 void row_stats(const float *x, size_t n, double *sum, size_t *n_bad) {
     // Two branch-free passes the compiler vectorises: a count of entries that are negative or not
-    // finite (!(|v| <= FLT_MAX) is true for NaN and +-inf), and 8 interleaved double sums.
+    // finite (!(|v| <= FLT_MAX) is true for NaN and +-inf), and the sum -- 16 float lanes per
+    // block of 256 entries (relative error ~2e-6 per block, far inside the 1e-3 tolerance the sum
+    // is checked against), blocks added in double. Measured 58 us per 202048-entry row against
+    // 115 us for double lanes (SSE2 converts two floats per instruction).
     uint32_t bad = 0;
     for (size_t i = 0; i < n; ++i) bad += (uint32_t)((x[i] < 0.0f) | !(std::fabs(x[i]) <= FLT_MAX));
-    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double total = 0.0;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; ++j) acc[j] += (double)x[i + j];
-    for (size_t j = 0; i < n; ++i, ++j) acc[j] += (double)x[i];
-    *sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i + 256 <= n; i += 256) {
+        float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t k = 0; k < 256; k += 16)
+            for (size_t j = 0; j < 16; ++j) acc[j] += x[i + k + j];
+        double s = 0.0;
+        for (size_t j = 0; j < 16; ++j) s += (double)acc[j];
+        total += s;
+    }
+    for (; i < n; ++i) total += (double)x[i];
+    *sum = total;
     *n_bad = bad;
 }
 

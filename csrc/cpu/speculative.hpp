@@ -32,8 +32,8 @@ size_t residual_support(const float *p, const float *q, size_t V);
 constexpr size_t kSelectBlock = 32;
 int64_t blocked_select(const float *w, size_t n, double u);
 
-// Row checks for probability inputs: sum (double, 8 interleaved partial sums in a fixed order)
-// and the count of entries that are negative or not finite.
+// Row checks for probability inputs: the sum (float lanes per block of 256, blocks added in
+// double; a fixed order) and the count of entries that are negative or not finite.
 void row_stats(const float *x, size_t n, double *sum, size_t *n_bad);
 
 // Checks a sparse probability row (ids, p) of n entries over a vocabulary of V tokens and looks
