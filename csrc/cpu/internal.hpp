@@ -79,13 +79,14 @@ void matvec_q5_k_neon(const MatvecArgs &a, int64_t r0, int64_t r1);
 //       stored PERMUTED within each 64-weight group g of a block so that the x86 unpack needs no
 //       shuffles: [x(64g+2w)]_{w<16} [x(64g+2w+1)] [x(64g+32+2w)] [x(64g+32+2w+1)]
 //       (see xi16_pos); a block whose x has a NaN/Inf gets xq = 0 and dx = NaN.
-//   xsum (T, cols/32) int32: sum of xq over each 32-weight sub-block (for the dmin*m term).
+//   xsum (T, cols/32) f32: sum of xq over each 32-weight sub-block (for the dmin*m term),
+//       an integer of at most 32 * 32767 < 2^24, so exact in f32.
 //   dx   (T, cols/256) f32: the block's scale max|x|/32767 (0 for an all-zero block).
 //
 // The canonical result (matvec_q5_k_i16_scalar is the reference). For activation row t and
 // super-block b (256 weights, 6-bit scales sc[j] / mins m[j], j = sub-block of 32):
 //   L[k]  = sum_{i : (i >> 2) & 7 == k} sc[i>>5] * q[i] * xq[i]       k in 0..7, exact int32
-//   M[k]  = m[k] * xsum[b][k]                                        exact int32
+//   M[k]  = m[k] * xsum[b][k]          exact int32; (float)M[k] == (float)m[k] * xsum_f32 (one rounding)
 //   acc[k] = fma((float)L[k], d * dx[b], acc[k]);                    (float)int: round to nearest
 //   acc[k] = fma(-(float)M[k], dmin * dx[b], acc[k]);                in block order b = 0, 1, ...
 //   logit = ((acc[0..3] + acc[4..7]) -> 2 -> 1)                       ("hsum8")
@@ -101,7 +102,7 @@ struct MatvecI16Args {
     int64_t rows, cols;
     size_t row_stride;
     const int16_t *xq;    // (T, cols), permuted as above
-    const int32_t *xsum;  // (T, cols/32)
+    const float *xsum;    // (T, cols/32), integers
     const float *dx;      // (T, cols/256)
     int64_t T;
     float *logits;        // (T, rows)

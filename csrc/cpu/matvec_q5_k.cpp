@@ -25,13 +25,13 @@ static inline double round_even(double v) {
 // Quantise x (T, cols) into the I16 layout described in cpu/internal.hpp. Scalar and in double,
 // so every ISA and thread count sees the same bytes (the cost is T * cols elements per call,
 // ~0.05 ms for T = 8, cols = 6656, against ~100 ms for the weights).
-void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, int32_t *xsum, float *dx) {
+void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx) {
     const int64_t nb = cols / LMT_QK_K;
     for (int64_t t = 0; t < T; ++t) {
         for (int64_t b = 0; b < nb; ++b) {
             const float *xb = x + t * cols + b * LMT_QK_K;
             int16_t *qb = xq + t * cols + b * LMT_QK_K;
-            int32_t *sb = xsum + (t * nb + b) * LMT_Q5K_SUBBLOCKS;
+            float *sb = xsum + (t * nb + b) * LMT_Q5K_SUBBLOCKS;
             float amax = 0.0f;
             bool nonfinite = false;
             for (int i = 0; i < LMT_QK_K; ++i) {
@@ -42,7 +42,7 @@ void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, int32_t
                 // NaN scale: every logit of this activation row becomes NaN (fma(L, NaN, acc)), so
                 // the caller's finite checks see it exactly as with f32 activations.
                 std::fill(qb, qb + LMT_QK_K, (int16_t)0);
-                std::fill(sb, sb + LMT_Q5K_SUBBLOCKS, 0);
+                std::fill(sb, sb + LMT_Q5K_SUBBLOCKS, 0.0f);
                 dx[t * nb + b] = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
                 continue;
             }
@@ -57,7 +57,7 @@ void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, int32_t
                     qb[xi16_pos(i)] = q;
                     s += q;
                 }
-                sb[j] = s;
+                sb[j] = (float)s;  // exact: |s| <= 32 * 32767 < 2^24
             }
             dx[t * nb + b] = (float)((double)amax / 32767.0);
         }
@@ -67,7 +67,7 @@ void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, int32_t
 // Per-thread (per calling thread) scratch for the prepared activations: grown, never shrunk.
 struct XI16Scratch {
     std::vector<int16_t> q;
-    std::vector<int32_t> sum;
+    std::vector<float> sum;
     std::vector<float> dx;
 };
 

@@ -123,10 +123,10 @@ static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1,
             uint64_t scb, mmb;
             q5k_scale_min_bytes(bk, &scb, &mmb);
             int16_t sc[8];
-            int32_t mv[8];
+            float mv[8];
             for (int j = 0; j < 8; ++j) {
                 sc[j] = (int16_t)((scb >> (8 * j)) & 0xFF);
-                mv[j] = (int32_t)((mmb >> (8 * j)) & 0xFF);
+                mv[j] = (float)((mmb >> (8 * j)) & 0xFF);
             }
             int32x4_t P[TG][4];
             for (int t = 0; t < TG; ++t)
@@ -159,17 +159,17 @@ static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1,
                 }
             }
             const float d = f16_to_f32(bk->d), dmin = f16_to_f32(bk->dmin);
-            const int32x4_t m_lo = vld1q_s32(mv), m_hi = vld1q_s32(mv + 4);
+            const float32x4_t m_lo = vld1q_f32(mv), m_hi = vld1q_f32(mv + 4);
             for (int t = 0; t < TG; ++t) {
                 const int64_t tb = (t0 + t) * nb + b;
                 const float dx = a.dx[tb];
                 const float32x4_t dd = vdupq_n_f32(d * dx), dm = vdupq_n_f32(dmin * dx);
                 const int32x4_t L_lo = vpaddq_s32(P[t][0], P[t][1]), L_hi = vpaddq_s32(P[t][2], P[t][3]);
-                const int32_t *xs = a.xsum + tb * 8;
+                const float *xs = a.xsum + tb * 8;
                 f0[t] = vfmaq_f32(f0[t], vcvtq_f32_s32(L_lo), dd);  // fma(L, d*dx, acc)
                 f1[t] = vfmaq_f32(f1[t], vcvtq_f32_s32(L_hi), dd);
-                f0[t] = vfmsq_f32(f0[t], vcvtq_f32_s32(vmulq_s32(m_lo, vld1q_s32(xs))), dm);  // fma(-M, dmin*dx, acc)
-                f1[t] = vfmsq_f32(f1[t], vcvtq_f32_s32(vmulq_s32(m_hi, vld1q_s32(xs + 4))), dm);
+                f0[t] = vfmsq_f32(f0[t], vmulq_f32(m_lo, vld1q_f32(xs)), dm);  // fma(-M, dmin*dx, acc)
+                f1[t] = vfmsq_f32(f1[t], vmulq_f32(m_hi, vld1q_f32(xs + 4)), dm);
             }
         }
         for (int t = 0; t < TG; ++t) {

@@ -101,6 +101,9 @@ struct RowScratch {
     }
 };
 
+#ifndef LMT_I16_PF
+#define LMT_I16_PF 4096
+#endif
 // ---- Precision::I16 (shared verbatim by the AVX2 and AVX-512 translation units) ------------
 // One super-block (256 weights) of one weight row against TG activation rows:
 //   unpack q to bytes (ggml's layout: group g = 32 bytes of qs; low nibbles are weights
@@ -163,6 +166,14 @@ static inline void i16_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int6
         for (int t = 0; t < TG; ++t) facc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             const lmt_block_q5_K *bk = blocks + b;
+#if LMT_I16_PF > 0
+            {
+                const char *ahead = reinterpret_cast<const char *>(bk) + LMT_I16_PF;
+                _mm_prefetch(ahead, _MM_HINT_T0);
+                _mm_prefetch(ahead + 64, _MM_HINT_T0);
+                _mm_prefetch(ahead + 128, _MM_HINT_T0);
+            }
+#endif
             uint64_t sc, mm;
             q5k_scale_min_bytes(bk, &sc, &mm);
             // maddubs patterns per sub-block j: pat[j] = bytes (sc, 0, sc, 0), pat[8 + j] = (0, sc, 0, sc).
@@ -184,16 +195,15 @@ static inline void i16_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int6
             i16_group<2, TG>(bk, qh, pat, xb, iacc);
             i16_group<3, TG>(bk, qh, pat, xb, iacc);
             // f32 combination, the canonical expression: acc = fma(L, d*dx, acc); acc = fma(-M, dmin*dx, acc).
-            const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)bk->d | ((uint32_t)bk->dmin << 16))));
-            const __m256 d = _mm256_broadcastss_ps(dd);
-            const __m256 dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
-            const __m256i mv = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm));
+            // (d, dmin) * dx in one multiply; m * xsum in f32 is the correctly rounded integer product.
+            const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)bk->d | ((uint32_t)bk->dmin << 16))));
+            const __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
             for (int t = 0; t < TG; ++t) {
                 const int64_t tb = (t0 + t) * nb + b;
-                const __m256 dx = _mm256_set1_ps(a.dx[tb]);
-                const __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(a.xsum + tb * 8));
-                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[t]), _mm256_mul_ps(d, dx), facc[t]);
-                facc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_mullo_epi32(mv, xs)), _mm256_mul_ps(dmin, dx), facc[t]);
+                const __m128 s = _mm_mul_ps(ddm, _mm_set1_ps(a.dx[tb]));
+                const __m256 M = _mm256_mul_ps(mv, _mm256_loadu_ps(a.xsum + tb * 8));
+                facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[t]), _mm256_broadcastss_ps(s), facc[t]);
+                facc[t] = _mm256_fnmadd_ps(M, _mm256_broadcastss_ps(_mm_movehdup_ps(s)), facc[t]);
             }
         }
         for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r] = hsum8_avx(facc[t]);
