@@ -218,7 +218,10 @@ class Head:
             normed = h2
         t1 = time.perf_counter()
         logits = self._staging[:T]
-        impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto", self._precision)
+        if self._backend == "cpu":
+            impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto", self._precision)
+        else:  # the other backends implement f32 activations only (precision_arg checked it)
+            impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
         t2 = time.perf_counter()
         if not impl.all_finite(logits, th):
             raise NonFiniteLogitsError(f"logits before the soft cap: non-finite value at {_first_nonfinite(logits)}")
