@@ -101,6 +101,9 @@ struct RowScratch {
     }
 };
 
+// Software prefetch distance in bytes ahead of the block being decoded (0: none). Full head,
+// T = 1, pair ratio vs ggml under load: none 0.94-1.09, 1 KB 0.89-0.97, 2 KB 0.79-0.87,
+// 4 KB 0.72-0.87, 8 KB 0.90-0.92. Past the end of the weights it is a harmless hint.
 #ifndef LMT_I16_PF
 #define LMT_I16_PF 4096
 #endif
@@ -210,6 +213,8 @@ static inline void i16_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int6
     }
 }
 
+// Activation rows per pass over a task's weight rows (4 and 8 measured equal within noise).
+// With T > 8 the second pass re-reads the task's 64 rows (~290 KB) from L2, not from DRAM.
 #ifndef LMT_I16_TG
 #define LMT_I16_TG 8
 #endif
