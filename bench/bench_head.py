@@ -2,7 +2,8 @@
 """Full-size Q5_K LM head (202048 x 6656, 924,571,648 B): lmtail vs llama.cpp's ggml, one process.
 
 For each (T, threads) the two implementations run interleaved on the same Q5_K bytes
-(lmtail, ggml, read-bandwidth probe, lmtail, ggml, probe, ...), so machine noise (a 2-vCPU VM
+(lmtail at each --precision, ggml, read-bandwidth probe, lmtail ..., ggml, probe, ...), so
+machine noise (a 2-vCPU VM
 whose memory bandwidth changes mode from minute to minute) hits both alike.  Reported per
 config: median ms of each, GB/s = weight bytes / time, the median of the per-pair ratios
 lmtail/ggml, and lmtail's GB/s as a fraction of the read bandwidth measured in the same loop
@@ -10,8 +11,9 @@ lmtail/ggml, and lmtail's GB/s as a fraction of the read bandwidth measured in t
 
 ggml side: ``ggml_mul_mat`` through ctypes (tests/oracle/graph.py), each call one
 ``ggml_graph_plan`` + ``ggml_graph_compute``, which includes ggml's q8_K quantisation of x (as in
-shared/research/perf-anchors.md).  lmtail side: ``lmtail.ops.matvec_q5_k(w, x, threads=n)`` as a
-user calls it (argument checks and the output allocation included).
+shared/research/perf-anchors.md).  lmtail side: ``lmtail.ops.matvec_q5_k(w, x, threads=n,
+precision=p)`` as a user calls it (argument checks, the output allocation and, for "i16", the
+int16 quantisation of x included), for p in --precision (default "f32,i16").
 
 Weights: a 4096-row slab of seeded N(0,1)*0.02 is quantised with lmtail.quantize_q5_k and tiled
 to 202048 rows; the whole 924.6 MB is still streamed from DRAM on every call (~29x L3), and the
@@ -20,6 +22,7 @@ kernels have no data-dependent branches, so real weights run at the same speed.
     python bench/bench_head.py                  # full run, ~1 min on 2 cores
     python bench/bench_head.py --quick          # CI smoke: 3 reps per config
     python bench/bench_head.py --T 1 --threads 2 --reps 50 --json out.json
+    python bench/bench_head.py --precision i16  # one lmtail precision only
     python bench/bench_head.py --ggml-only      # oracle alone (weights from ggml_quantize_chunk)
 """
 
@@ -110,11 +113,13 @@ def main(argv=None) -> int:
                          "spins for ms after a parallel region) steal the 2 cores from the other (default 20)")
     ap.add_argument("--rows", type=int, default=ROWS, help=f"head rows (default {ROWS}; smaller only for smoke tests)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--precision", default="f32,i16", help="comma list of lmtail activation precisions (default f32,i16)")
     ap.add_argument("--ggml-only", action="store_true", help="skip lmtail (weights from ggml_quantize_chunk, no bandwidth probe)")
     ap.add_argument("--json", metavar="PATH", help="write all raw timings and summaries as JSON")
     args = ap.parse_args(argv)
 
     Ts = [int(t) for t in args.T.split(",")]
+    precs = [p for p in args.precision.split(",") if p]
     threads_list = [int(t) for t in args.threads.split(",")]
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
     gap = args.gap_ms / 1000.0
@@ -167,23 +172,27 @@ def main(argv=None) -> int:
         mm = G.MatMulQ5K(w, T)
         mm.set_x(x)
         if lm is not None:  # agreement of the two on the full head (ggml uses q8_K activations)
-            y_lm = lm.ops.matvec_q5_k(w, x, threads=max(threads_list))
             mm.time_once(max(threads_list))
             y_gg = mm.result()
-            rel = float(np.linalg.norm(y_lm.astype(np.float64) - y_gg) / np.linalg.norm(y_gg.astype(np.float64)))
-            agree = float(np.mean(np.argmax(y_lm, 1) == np.argmax(y_gg, 1)))
-            sanity[T] = {"rel_l2_lmtail_vs_ggml": rel, "argmax_agree": agree}
-            print(f"  T={T}: lmtail vs ggml rel L2 {rel:.2e} (ggml's q8_K activations; ~7e-3 expected), "
-                  f"argmax agreement {agree:.0%}")
+            for prec in precs:
+                y_lm = lm.ops.matvec_q5_k(w, x, threads=max(threads_list), precision=prec)
+                rel = float(np.linalg.norm(y_lm.astype(np.float64) - y_gg) / np.linalg.norm(y_gg.astype(np.float64)))
+                agree = float(np.mean(np.argmax(y_lm, 1) == np.argmax(y_gg, 1)))
+                sanity[f"{T}/{prec}"] = {"rel_l2_lmtail_vs_ggml": rel, "argmax_agree": agree}
+                print(f"  T={T} {prec}: lmtail vs ggml rel L2 {rel:.2e} (ggml's q8_K activations; ~7e-3 expected), "
+                      f"argmax agreement {agree:.0%}")
         for nt in threads_list:
             reps = args.reps if args.reps is not None else (3 if args.quick else DEFAULT_REPS.get(T, 10))
-            t_lm, t_gg, t_bw = [], [], []
+            t_lms: dict = {p: [] for p in precs}
+            t_gg, t_bw = [], []
             for i in range(warmup + reps):
+                dts = {}
                 if lm is not None:
-                    time.sleep(gap)
-                    a = time.perf_counter()
-                    lm.ops.matvec_q5_k(w, x, threads=nt)
-                    b = time.perf_counter()
+                    for prec in precs:
+                        time.sleep(gap)
+                        a = time.perf_counter()
+                        lm.ops.matvec_q5_k(w, x, threads=nt, precision=prec)
+                        dts[prec] = time.perf_counter() - a
                 time.sleep(gap)
                 dt_gg = mm.time_once(nt)
                 if lm is not None:
@@ -196,30 +205,33 @@ def main(argv=None) -> int:
                 if i >= warmup:
                     t_gg.append(dt_gg)
                     if lm is not None:
-                        t_lm.append(b - a)
+                        for prec in precs:
+                            t_lms[prec].append(dts[prec])
                         t_bw.append(d - c)
-            r = {"T": T, "threads": nt, "reps": reps, "ggml_s": t_gg}
-            r["ggml_ms"] = med(t_gg) * 1e3
-            r["ggml_GBps"] = W_BYTES / med(t_gg) / 1e9
-            if lm is not None:
-                r.update(lmtail_s=t_lm, bw_s=t_bw)
-                r["lmtail_ms"] = med(t_lm) * 1e3
-                r["lmtail_GBps"] = W_BYTES / med(t_lm) / 1e9
-                r["pair_ratio_median"] = med([p / q for p, q in zip(t_lm, t_gg)])
-                r["read_bw_GBps"] = BW_BYTES / med(t_bw) / 1e9
-                r["lmtail_frac_of_bw"] = med([(W_BYTES / p) / (BW_BYTES / q) for p, q in zip(t_lm, t_bw)])
-                print(f"  T={T} threads={nt}: lmtail {r['lmtail_ms']:7.1f} ms  ggml {r['ggml_ms']:7.1f} ms  "
-                      f"pair ratio {r['pair_ratio_median']:.3f}  read BW {r['read_bw_GBps']:.1f} GB/s  ({reps} pairs)")
-            else:
-                print(f"  T={T} threads={nt}: ggml {r['ggml_ms']:7.1f} ms  ({reps} runs, best {min(t_gg)*1e3:.1f})")
-            results.append(r)
+            for prec in precs if lm is not None else [None]:
+                r = {"T": T, "threads": nt, "reps": reps, "ggml_s": t_gg, "precision": prec}
+                r["ggml_ms"] = med(t_gg) * 1e3
+                r["ggml_GBps"] = W_BYTES / med(t_gg) / 1e9
+                if lm is not None:
+                    t_lm = t_lms[prec]
+                    r.update(lmtail_s=t_lm, bw_s=t_bw)
+                    r["lmtail_ms"] = med(t_lm) * 1e3
+                    r["lmtail_GBps"] = W_BYTES / med(t_lm) / 1e9
+                    r["pair_ratio_median"] = med([p / q for p, q in zip(t_lm, t_gg)])
+                    r["read_bw_GBps"] = BW_BYTES / med(t_bw) / 1e9
+                    r["lmtail_frac_of_bw"] = med([(W_BYTES / p) / (BW_BYTES / q) for p, q in zip(t_lm, t_bw)])
+                    print(f"  T={T} threads={nt} {prec}: lmtail {r['lmtail_ms']:7.1f} ms  ggml {r['ggml_ms']:7.1f} ms  "
+                          f"pair ratio {r['pair_ratio_median']:.3f}  read BW {r['read_bw_GBps']:.1f} GB/s  ({reps} pairs)")
+                else:
+                    print(f"  T={T} threads={nt}: ggml {r['ggml_ms']:7.1f} ms  ({reps} runs, best {min(t_gg)*1e3:.1f})")
+                results.append(r)
         mm.close()
 
     info["loadavg_end"] = loadavg()
     # ------------------------------------------------------------------ summary
     print("\n== results (medians; GB/s = %s B / time; ratio = median over pairs of lmtail/ggml)" % f"{W_BYTES:,}")
     if lm is not None:
-        hdr = (f"{'T':>2} {'thr':>3} | {'lmtail ms':>9} {'GB/s':>6} | {'ggml ms':>8} {'GB/s':>6} | "
+        hdr = (f"{'T':>2} {'thr':>3} {'prec':>4} | {'lmtail ms':>9} {'GB/s':>6} | {'ggml ms':>8} {'GB/s':>6} | "
                f"{'lm/ggml':>7} | {'read BW':>7} {'lm/BW':>6} | goal")
         print(hdr)
         print("-" * len(hdr))
@@ -234,7 +246,7 @@ def main(argv=None) -> int:
             else:
                 ok, goal = None, "-"
             r["goal_met"] = ok
-            print(f"{T:>2} {r['threads']:>3} | {r['lmtail_ms']:>9.1f} {r['lmtail_GBps']:>6.1f} | {r['ggml_ms']:>8.1f} "
+            print(f"{T:>2} {r['threads']:>3} {r['precision']:>4} | {r['lmtail_ms']:>9.1f} {r['lmtail_GBps']:>6.1f} | {r['ggml_ms']:>8.1f} "
                   f"{r['ggml_GBps']:>6.1f} | {r['pair_ratio_median']:>7.3f} | {r['read_bw_GBps']:>7.1f} "
                   f"{r['lmtail_frac_of_bw']:>6.0%} | {goal}")
         print("\ngoals:")

@@ -24,8 +24,8 @@ def hidden(T, seed=0):
     return (np.random.default_rng(seed).standard_normal((T, COLS)) * 4).astype(np.float32)
 
 
-def manual(q, g, h, s=0.196116, cap=20.0):
-    return ops.softcap(ops.matvec_q5_k(q, ops.rms_norm(h, g)), s, cap, four_pass=True)
+def manual(q, g, h, s=0.196116, cap=20.0, precision=None):
+    return ops.softcap(ops.matvec_q5_k(q, ops.rms_norm(h, g), precision=precision), s, cap, four_pass=True)
 
 
 def test_properties_and_zero_copy():
@@ -35,14 +35,42 @@ def test_properties_and_zero_copy():
     assert np.shares_memory(head.weight, q)
 
 
+@pytest.mark.parametrize("precision", [None, "f32", "i16"])
 @pytest.mark.parametrize("T", [1, 3, 8])
-def test_logits_equal_the_op_pipeline(T):
-    head, q, g = make_head()
+def test_logits_equal_the_op_pipeline(T, precision):
+    head, q, g = make_head(precision=precision)
+    assert head.precision == (precision or lmtail.ops.default_precision("cpu"))
     h = hidden(T, seed=T)
     out = head.logits(h)
     assert out.shape == (T, 1000)
-    assert np.array_equal(bits(out), bits(manual(q, g, h)))
+    assert np.array_equal(bits(out), bits(manual(q, g, h, precision=precision)))
     assert np.array_equal(head.logits(h[0]), out[:1])
+
+
+def test_precision_validation():
+    q = q5k_matrix(4, COLS)
+    with pytest.raises(lmtail.ParameterError):
+        lmtail.Head(q, precision="bf16")
+    if "metal-emu" in lmtail.backends():
+        with pytest.raises(lmtail.BackendError):
+            lmtail.Head(q, backend="metal-emu", precision="i16")
+        assert lmtail.Head(q, backend="metal-emu").precision == "f32"
+
+
+@pytest.mark.parametrize("precision", ["f32", "i16"])
+def test_nonfinite_normed_activation_fails_closed(precision):
+    # A finite hidden state whose normalised value overflows (huge gamma): the matvec sees +/-inf.
+    # f32 propagates it by IEEE arithmetic; i16 turns the block's scale into NaN. Either way the
+    # pre-cap check raises, and the published rows stay as they were.
+    q = q5k_matrix(50, COLS, seed=2)
+    head = lmtail.Head(q, np.full(COLS, 3e38, np.float32), precision=precision)
+    ok = lmtail.Head(q, np.ones(COLS, np.float32), precision=precision)
+    good = head.logits(np.zeros((1, COLS), np.float32) + np.float32(1e-30))  # tiny: normed finite
+    snapshot = good.copy()
+    assert np.isfinite(ok.logits(hidden(1))).all()
+    with pytest.raises(lmtail.NonFiniteLogitsError):
+        head.logits(hidden(1))
+    assert np.array_equal(bits(good), bits(snapshot))
 
 
 def test_retained_view_refilled_in_place_and_read_only():
@@ -62,9 +90,10 @@ def test_growing_T_reallocates_but_keeps_contract():
     assert np.array_equal(bits(head.logits(h)), bits(manual(q, g, h)))
 
 
+@pytest.mark.parametrize("precision", ["f32", "i16"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_nonfinite_hidden_fails_closed_and_keeps_published_rows(bad):
-    head, q, g = make_head()
+def test_nonfinite_hidden_fails_closed_and_keeps_published_rows(bad, precision):
+    head, q, g = make_head(precision=precision)
     good = head.logits(hidden(2, 4))
     snapshot = good.copy()
     h = hidden(2, 5)
@@ -75,11 +104,12 @@ def test_nonfinite_hidden_fails_closed_and_keeps_published_rows(bad):
     assert np.array_equal(bits(good), bits(snapshot))
 
 
-def test_nonfinite_weights_fail_closed_before_the_cap_hides_them():
+@pytest.mark.parametrize("precision", ["f32", "i16"])
+def test_nonfinite_weights_fail_closed_before_the_cap_hides_them(precision):
     # An fp16 +inf block scale makes a pre-cap logit non-finite; tanh would map +inf to 1.0.
     q = q5k_matrix(10, COLS, seed=9).copy()
     q[4, 0:2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)
-    head = lmtail.Head(q, None, logit_scale=1.0, softcap=20.0)
+    head = lmtail.Head(q, None, logit_scale=1.0, softcap=20.0, precision=precision)
     with pytest.raises(lmtail.NonFiniteLogitsError):
         head.logits(hidden(1))
     with pytest.raises(lmtail.NonFiniteLogitsError):

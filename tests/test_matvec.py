@@ -10,27 +10,46 @@ from _util import bits, q5k_matrix, reference_matvec, slab, tiled_head
 # worst case of ~n*eps = 4e-4 relative to sum|w||x|; the 16-lane tree keeps chains to n/16
 # terms, whose worst case is 2.5e-5 + tree depth. Measured: ~4e-7 normwise.
 BOUND = 3e-5
+PRECISIONS = ["f32", "i16"]
+
+
+def i16_bound(q, x):
+    """Elementwise error bound of precision="i16": the activation rounding (at most half a step,
+    max|x_block|/65534, per element, times |w|) plus the f32 BOUND for the float arithmetic."""
+    T, cols = x.shape
+    step = np.abs(x.astype(np.float64)).reshape(T, cols // 256, 256).max(axis=2) / 32767.0
+    e = np.repeat(step / 2, 256, axis=1)  # (T, cols)
+    import gguf
+
+    w = np.abs(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q5_K).astype(np.float64)).reshape(q.shape[0], -1)
+    return (w @ e.T).T * (1 + 1e-6)
 
 
 @pytest.mark.parametrize("rows", [1, 7, 99, 4097])
 @pytest.mark.parametrize("cols", [256, 6656])
 @pytest.mark.parametrize("T", [1, 3, 8])
-def test_matches_float64_reference(rows, cols, T):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_matches_float64_reference(rows, cols, T, precision):
     q = q5k_matrix(rows, cols, seed=rows * 31 + cols)
     x = np.random.default_rng(T).standard_normal((T, cols)).astype(np.float32)
-    y = lmtail.ops.matvec_q5_k(q, x)
+    y = lmtail.ops.matvec_q5_k(q, x, precision=precision)
     assert y.shape == (T, rows) and y.dtype == np.float32
     ref, mag = reference_matvec(q, x)
-    assert np.all(np.abs(y - ref) <= BOUND * mag + 1e-30)
-    assert np.linalg.norm(y - ref) <= 1e-5 * np.linalg.norm(ref)
+    if precision == "f32":
+        assert np.all(np.abs(y - ref) <= BOUND * mag + 1e-30)
+        assert np.linalg.norm(y - ref) <= 1e-5 * np.linalg.norm(ref)
+    else:  # measured ~2.7e-5 normwise (x rounded to 16 bits per 256-block); ggml's q8_K: ~7e-3
+        assert np.all(np.abs(y - ref) <= i16_bound(q, x) + BOUND * mag + 1e-30)
+        assert np.linalg.norm(y - ref) <= 1e-4 * np.linalg.norm(ref)
 
 
-def test_1d_input_gives_1d_output():
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_1d_input_gives_1d_output(precision):
     q = q5k_matrix(5, 512)
     x = np.ones(512, np.float32)
-    y = lmtail.ops.matvec_q5_k(q, x)
+    y = lmtail.ops.matvec_q5_k(q, x, precision=precision)
     assert y.shape == (5,)
-    assert np.array_equal(bits(y), bits(lmtail.ops.matvec_q5_k(q, x[None])[0]))
+    assert np.array_equal(bits(y), bits(lmtail.ops.matvec_q5_k(q, x[None], precision=precision)[0]))
 
 
 def available_isas():
@@ -41,37 +60,110 @@ def available_isas():
     return out
 
 
+def awkward_activations(T, cols, seed):
+    """Gaussian rows plus blocks that stress the i16 quantiser: all zero, one spike, subnormal,
+    huge (near f32 max / 32767 steps), exact ties at half steps, negative maximum."""
+    x = np.random.default_rng(seed).standard_normal((T, cols)).astype(np.float32)
+    nb = cols // 256
+    for t in range(T):
+        b = (t * 7) % nb
+        kind = t % 6
+        blk = x[t, 256 * b : 256 * (b + 1)]
+        if kind == 0:
+            blk[:] = 0
+        elif kind == 1:
+            blk[:] = 0
+            blk[17] = -3.5
+        elif kind == 2:
+            blk *= np.float32(1e-41)
+        elif kind == 3:
+            blk *= np.float32(1e37)
+        elif kind == 4:
+            blk[:] = (np.arange(256) % 5 - 2) * np.float32(0.5 / 32767)  # ties at half steps
+            blk[0] = 1.0
+        else:
+            blk[3] = -np.abs(blk).max() * 2
+    return x
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "neon"])
-def test_simd_paths_equal_scalar_bytes(isa):
+def test_simd_paths_equal_scalar_bytes(isa, precision):
     if not lmtail._core.isa_available(isa):
         pytest.skip(f"{isa} is not available on this CPU/build (path compiled but not run here)")
     q = q5k_matrix(333, 1536, seed=7)
     for T in (1, 2, 5, 8, 11):
         x = np.random.default_rng(T).standard_normal((T, 1536)).astype(np.float32)
-        a = lmtail.ops.matvec_q5_k(q, x, isa="scalar")
-        b = lmtail.ops.matvec_q5_k(q, x, isa=isa)
-        assert np.array_equal(bits(a), bits(b)), (isa, T)
+        for xx in (x, awkward_activations(T, 1536, T)):
+            a = lmtail.ops.matvec_q5_k(q, xx, isa="scalar", precision=precision)
+            b = lmtail.ops.matvec_q5_k(q, xx, isa=isa, precision=precision)
+            assert np.array_equal(bits(a), bits(b)), (isa, T)
 
 
-def test_thread_count_and_batch_invariance():
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_thread_count_and_batch_invariance(precision):
     q = q5k_matrix(1000, 2048, seed=3)
     x = np.random.default_rng(0).standard_normal((8, 2048)).astype(np.float32)
-    base = lmtail.ops.matvec_q5_k(q, x, threads=1)
+    mv = lambda xx, **kw: lmtail.ops.matvec_q5_k(q, xx, precision=precision, **kw)  # noqa: E731
+    base = mv(x, threads=1)
     for th in (2, 3, 7):
-        assert np.array_equal(bits(base), bits(lmtail.ops.matvec_q5_k(q, x, threads=th)))
+        assert np.array_equal(bits(base), bits(mv(x, threads=th)))
     for t in range(8):  # row t of a T=8 batch == the same row computed alone
-        assert np.array_equal(bits(base[t]), bits(lmtail.ops.matvec_q5_k(q, x[t])))
+        assert np.array_equal(bits(base[t]), bits(mv(x[t])))
+    for t0, t1 in ((0, 3), (3, 8), (1, 6)):  # and of any sub-batch
+        assert np.array_equal(bits(base[t0:t1]), bits(mv(x[t0:t1])))
     for _ in range(3):  # run to run
-        assert np.array_equal(bits(base), bits(lmtail.ops.matvec_q5_k(q, x)))
+        assert np.array_equal(bits(base), bits(mv(x)))
 
 
-def test_strided_weight_rows_without_copy():
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_strided_weight_rows_without_copy(precision):
     q = q5k_matrix(64, 512, seed=5)
     wide = np.zeros((64, q.shape[1] + 176), np.uint8)
     wide[:, : q.shape[1]] = q
     view = wide[:, : q.shape[1]]  # row stride > row bytes
     x = np.random.default_rng(1).standard_normal(512).astype(np.float32)
-    assert np.array_equal(bits(lmtail.ops.matvec_q5_k(view, x)), bits(lmtail.ops.matvec_q5_k(q, x)))
+    assert np.array_equal(bits(lmtail.ops.matvec_q5_k(view, x, precision=precision)),
+                          bits(lmtail.ops.matvec_q5_k(q, x, precision=precision)))
+
+
+def test_i16_awkward_blocks_accuracy():
+    # Zero, spike, subnormal, huge and tie blocks: still within the rounding bound of each block.
+    q = q5k_matrix(99, 1536, seed=8)
+    x = awkward_activations(12, 1536, 4)
+    y = lmtail.ops.matvec_q5_k(q, x, precision="i16")
+    ref, mag = reference_matvec(q, x)
+    assert np.isfinite(y).all()
+    assert np.all(np.abs(y - ref) <= i16_bound(q, x) + BOUND * mag + 1e-30)
+
+
+def test_i16_zero_activation_row_gives_exact_zeros():
+    q = q5k_matrix(7, 512, seed=1)
+    y = lmtail.ops.matvec_q5_k(q, np.zeros((2, 512), np.float32), precision="i16")
+    assert np.array_equal(bits(y), np.zeros_like(bits(y)))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_activation_poisons_only_its_row(bad, precision):
+    # Head and greedy rely on this: a non-finite x makes every logit of its row non-finite
+    # (i16: the block's scale becomes NaN), and the other rows are unchanged.
+    q = q5k_matrix(40, 768, seed=2)
+    x = np.random.default_rng(5).standard_normal((3, 768)).astype(np.float32)
+    clean = lmtail.ops.matvec_q5_k(q, x, precision=precision)
+    x[1, 300] = bad
+    for isa in available_isas():
+        y = lmtail.ops.matvec_q5_k(q, x, precision=precision, isa=isa)
+        assert not np.isfinite(y[1]).any()
+        assert np.array_equal(bits(y[[0, 2]]), bits(clean[[0, 2]]))
+
+
+def test_i16_close_to_f32():
+    q = q5k_matrix(500, 6656, seed=4)
+    x = np.random.default_rng(9).standard_normal((4, 6656)).astype(np.float32)
+    a = lmtail.ops.matvec_q5_k(q, x, precision="f32")
+    b = lmtail.ops.matvec_q5_k(q, x, precision="i16")
+    assert np.linalg.norm(a - b) <= 1e-4 * np.linalg.norm(a)
 
 
 @pytest.mark.slow
@@ -79,13 +171,16 @@ def test_full_size_head_202048x6656():
     s = slab()
     w = tiled_head(202048, s)
     x = np.random.default_rng(11).standard_normal((3, 6656)).astype(np.float32)
-    y = lmtail.ops.matvec_q5_k(w, x)
     ref, mag = reference_matvec(s, x)  # the head is the slab tiled, so is its reference
     reps = -(-202048 // s.shape[0])
     ref = np.tile(ref, (1, reps))[:, :202048]
     mag = np.tile(mag, (1, reps))[:, :202048]
-    assert np.all(np.abs(y - ref) <= BOUND * mag + 1e-30)
-    assert np.array_equal(bits(y[1]), bits(lmtail.ops.matvec_q5_k(w, x[1])))
+    ib = np.tile(i16_bound(s, x), (1, reps))[:, :202048]
+    for precision in PRECISIONS:
+        y = lmtail.ops.matvec_q5_k(w, x, precision=precision)
+        extra = ib if precision == "i16" else 0.0
+        assert np.all(np.abs(y - ref) <= extra + BOUND * mag + 1e-30)
+        assert np.array_equal(bits(y[1]), bits(lmtail.ops.matvec_q5_k(w, x[1], precision=precision)))
 
 
 def test_errors():
@@ -106,3 +201,12 @@ def test_errors():
         lmtail.ops.matvec_q5_k(q, np.ones(256, np.float32), threads=0)
     with pytest.raises(ValueError):
         lmtail.ops.matvec_q5_k(q, np.ones(256, np.float32), isa="sse9")
+    with pytest.raises(lmtail.ParameterError):
+        lmtail.ops.matvec_q5_k(q, np.ones(256, np.float32), precision="f16")
+    with pytest.raises(ValueError):
+        lmtail._core.matvec_q5_k(q, 256, np.ones((1, 256), np.float32), np.empty((1, 4), np.float32), 1, "auto", "i8")
+    for backend in lmtail.backends():
+        if backend != "cpu":  # the other backends implement f32 activations only
+            assert lmtail.ops.default_precision(backend) == "f32"
+            with pytest.raises(lmtail.BackendError):
+                lmtail.ops.matvec_q5_k(q, np.ones(256, np.float32), backend=backend, precision="i16")

@@ -151,7 +151,7 @@ def test_head_graph_matches_head(me, head_data):
     w, cols, gamma, h = head_data
     logits = np.empty((2, w.shape[0]), dtype=np.float32)
     res, _ = _graph(me, head_data, logits=logits)
-    cpu = lmtail.Head(w, gamma, logit_scale=0.5, softcap=20.0, eps=1e-6)
+    cpu = lmtail.Head(w, gamma, logit_scale=0.5, softcap=20.0, eps=1e-6, precision="f32")
     ref = cpu.logits(h)
     np.testing.assert_allclose(logits, ref, rtol=1e-5, atol=1e-5)
     assert res.tolist() == ops.greedy_argmax(logits).tolist()

@@ -33,7 +33,8 @@ def test_cpp_program_builds_against_installed_package(tmp_path):
     # Same computation through Python must agree.
     w = np.array([[0.01 * ((r * 7 + c) % 13) * (2.0 if r == 3 else 1.0) for c in range(256)] for r in range(5)],
                  np.float32)
-    head = lmtail.Head(lmtail.quantize_q5_k(w), None, logit_scale=0.5, softcap=20.0)
+    # The C++ API's default precision is f32 (the embed example uses it); the Python default is i16.
+    head = lmtail.Head(lmtail.quantize_q5_k(w), None, logit_scale=0.5, softcap=20.0, precision="f32")
     x = lmtail.ops.rms_norm(np.ones(256, np.float32), None)
     assert out[0] == f"greedy {int(head.greedy(x)[0])}"
     assert out[1] == f"greedy_excl {int(head.greedy(x, exclude=[3])[0])}"

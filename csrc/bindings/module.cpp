@@ -26,6 +26,12 @@ Isa parse_isa(const std::string &s) {
     throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon; found '" + s + "'");
 }
 
+lmt::cpu::Precision parse_precision(const std::string &s) {
+    if (s == "f32") return lmt::cpu::Precision::F32;
+    if (s == "i16") return lmt::cpu::Precision::I16;
+    throw lmt::ArgumentError("precision: expected 'f32' or 'i16'; found '" + s + "'");
+}
+
 template <typename T>
 const char *type_name();
 template <>
@@ -130,7 +136,8 @@ PYBIND11_MODULE(_core, m) {
 
     m.def(
         "matvec_q5_k",
-        [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa) {
+        [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa,
+           const std::string &precision) {
             if (w.ndim() != 2) throw lmt::ArgumentError("w: expected 2-D (rows, row_bytes)");
             if (!w.dtype().is(py::dtype::of<uint8_t>())) throw py::type_error("w: expected dtype uint8");
             if (w.strides(1) != 1 || w.strides(0) < 0) throw py::type_error("w: rows must be contiguous bytes");
@@ -146,10 +153,12 @@ PYBIND11_MODULE(_core, m) {
             const auto *wp = static_cast<const uint8_t *>(w.data());
             const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
             const Isa is = parse_isa(isa);
+            const lmt::cpu::Precision prec = parse_precision(precision);
             py::gil_scoped_release nogil;
-            lmt::cpu::matvec_q5_k(wp, rows, cols, stride, xp, T, op, threads, is);
+            lmt::cpu::matvec_q5_k(wp, rows, cols, stride, xp, T, op, threads, is, prec);
         },
-        py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto");
+        py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto",
+        py::arg("precision") = "f32");
 
     m.def(
         "scale",

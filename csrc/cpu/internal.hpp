@@ -73,6 +73,65 @@ void matvec_q5_k_avx2(const MatvecArgs &a, int64_t r0, int64_t r1);
 void matvec_q5_k_avx512(const MatvecArgs &a, int64_t r0, int64_t r1);
 void matvec_q5_k_neon(const MatvecArgs &a, int64_t r0, int64_t r1);
 
+// ---- int16-activation path (Precision::I16) -------------------------------------------------
+// Activations prepared once per call (prepare_x_i16, matvec_q5_k.cpp), shared by every ISA:
+//   xq  (T, cols) int16, each 256-block quantised as round_even(x * 32767/max|x|), |xq| <= 32767,
+//       stored PERMUTED within each 64-weight group g of a block so that the x86 unpack needs no
+//       shuffles: [x(64g+2w)]_{w<16} [x(64g+2w+1)] [x(64g+32+2w)] [x(64g+32+2w+1)]
+//       (see xi16_pos); a block whose x has a NaN/Inf gets xq = 0 and dx = NaN.
+//   xsum (T, cols/32) f32: sum of xq over each 32-weight sub-block (for the dmin*m term),
+//       an integer of at most 32 * 32767 < 2^24, so exact in f32.
+//   dx   (T, cols/256) f32: the block's scale max|x|/32767 (0 for an all-zero block).
+//
+// The canonical result (matvec_q5_k_i16_scalar is the reference). For activation row t and
+// super-block b (256 weights, 6-bit scales sc[j] / mins m[j], j = sub-block of 32):
+//   L[k]  = sum_{i : (i >> 2) & 7 == k} sc[i>>5] * q[i] * xq[i]       k in 0..7, exact int32
+//   M[k]  = m[k] * xsum[b][k]          exact int32; (float)M[k] == (float)m[k] * xsum_f32 (one rounding)
+//   acc[k] = fma((float)L[k], d * dx[b], acc[k]);                    (float)int: round to nearest
+//   acc[k] = fma(-(float)M[k], dmin * dx[b], acc[k]);                in block order b = 0, 1, ...
+//   logit = ((acc[0..3] + acc[4..7]) -> 2 -> 1)                       ("hsum8")
+// Integer bounds: |L[k]| <= 32 * 31 * 63 * 32767 = 2,047,806,432 < 2^31 (lane k holds 32 weights
+// of the block), so any grouping of the integer additions is exact, and every ISA may build L
+// its own way as long as lane k holds exactly those 32 products. |M[k]| <= 63 * 32 * 32767.
+static inline int xi16_pos(int i) {  // position of weight i (0..255) in its block's xq
+    const int g = i >> 6, half = (i >> 5) & 1, l = i & 31;
+    return 64 * g + 32 * half + 16 * (l & 1) + (l >> 1);
+}
+struct MatvecI16Args {
+    const uint8_t *w;
+    int64_t rows, cols;
+    size_t row_stride;
+    const int16_t *xq;    // (T, cols), permuted as above
+    const float *xsum;    // (T, cols/32), integers
+    const float *dx;      // (T, cols/256)
+    int64_t T;
+    float *logits;        // (T, rows)
+};
+void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q5_k_i16_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q5_k_i16_neon(const MatvecI16Args &a, int64_t r0, int64_t r1);
+
+// Canonical 8-lane horizontal sum of the I16 path.
+static inline float hsum8_canonical(const float a[8]) {
+    float b[4], c[2];
+    for (int l = 0; l < 4; ++l) b[l] = a[l] + a[l + 4];
+    for (int l = 0; l < 2; ++l) c[l] = b[l] + b[l + 2];
+    return c[0] + c[1];
+}
+
+// The 6-bit scales and mins of a block as bytes sc[0..7] | m[0..7] (little-endian u64 each).
+static inline void q5k_scale_min_bytes(const lmt_block_q5_K *b, uint64_t *sc, uint64_t *mm) {
+    uint32_t a, bb, c;
+    std::memcpy(&a, b->scales + 0, 4);
+    std::memcpy(&bb, b->scales + 4, 4);
+    std::memcpy(&c, b->scales + 8, 4);
+    // Bytes 0-3 hold sc[0..3] | hi bits of sc[4..7]; 4-7 m[0..3] | hi bits of m[4..7];
+    // 8-11 the low nibbles of sc[4..7] (low) and m[4..7] (high).
+    *sc = (uint64_t)(a & 0x3F3F3F3Fu) | ((uint64_t)((c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u)) << 32);
+    *mm = (uint64_t)(bb & 0x3F3F3F3Fu) | ((uint64_t)(((c >> 4) & 0x0F0F0F0Fu) | ((bb >> 2) & 0x30303030u)) << 32);
+}
+
 [[noreturn]] inline void fail_arg(const std::string &msg) { throw ArgumentError(msg); }
 
 }  // namespace lmt::cpu

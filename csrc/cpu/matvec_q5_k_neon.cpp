@@ -3,6 +3,7 @@
 // accumulators + the weight vectors fit the 32 NEON registers.
 #include <arm_neon.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "cpu/internal.hpp"
@@ -95,6 +96,99 @@ void matvec_q5_k_neon(const MatvecArgs &a, int64_t r0, int64_t r1) {
                 case 3: dot_group<3>(s.q.data(), s.d1.data(), s.m1.data(), xs, a.cols, out, a.rows); break;
                 default: dot_group<4>(s.q.data(), s.d1.data(), s.m1.data(), xs, a.cols, out, a.rows); break;
             }
+        }
+    }
+}
+
+// ---- Precision::I16 ------------------------------------------------------------------------
+// Same canonical lanes as the scalar reference (cpu/internal.hpp). Per 16 q bytes (weights
+// 64g + 16h + l), the even and odd bytes are split into int16 words (and / shift), scaled by sc
+// (vmulq: <= 31 * 63, exact) and multiplied with the permuted x by vmlal_s16. Word w of half h
+// belongs to canonical lane 4h + (w >> 1), so accumulator P[2h] collects lanes (4h, 4h, 4h+1,
+// 4h+1) and P[2h+1] (4h+2, 4h+2, 4h+3, 4h+3); a pairwise add gives L[0..3] and L[4..7]. Every
+// partial sum is a subset of one lane's 32 products, so the int32 bound holds throughout.
+namespace {
+
+template <int TG>
+static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
+    const int64_t nb = a.cols / LMT_QK_K;
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), bit4 = vdupq_n_u8(0x10);
+    const uint16x8_t lowbyte = vdupq_n_u16(0x00FF);
+    for (int64_t r = r0; r < r1; ++r) {
+        const auto *blocks = reinterpret_cast<const lmt_block_q5_K *>(a.w + (size_t)r * a.row_stride);
+        float32x4_t f0[TG], f1[TG];
+        for (int t = 0; t < TG; ++t) f0[t] = f1[t] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < nb; ++b) {
+            const lmt_block_q5_K *bk = blocks + b;
+            uint64_t scb, mmb;
+            q5k_scale_min_bytes(bk, &scb, &mmb);
+            int16_t sc[8];
+            float mv[8];
+            for (int j = 0; j < 8; ++j) {
+                sc[j] = (int16_t)((scb >> (8 * j)) & 0xFF);
+                mv[j] = (float)((mmb >> (8 * j)) & 0xFF);
+            }
+            int32x4_t P[TG][4];
+            for (int t = 0; t < TG; ++t)
+                for (int p = 0; p < 4; ++p) P[t][p] = vdupq_n_s32(0);
+            for (int h = 0; h < 2; ++h) {
+                const uint8x16_t qh = vld1q_u8(bk->qh + 16 * h);
+                for (int g = 0; g < 4; ++g) {
+                    const uint8x16_t ql = vld1q_u8(bk->qs + 32 * g + 16 * h);
+                    const uint8x16_t lo = vorrq_u8(vandq_u8(ql, m4), vandq_u8(vtstq_u8(qh, vdupq_n_u8((uint8_t)(1 << (2 * g)))), bit4));
+                    const uint8x16_t hi = vorrq_u8(vshrq_n_u8(ql, 4), vandq_u8(vtstq_u8(qh, vdupq_n_u8((uint8_t)(2 << (2 * g)))), bit4));
+                    const uint16x8_t lo16 = vreinterpretq_u16_u8(lo), hi16 = vreinterpretq_u16_u8(hi);
+                    const int16x8_t A = vmulq_n_s16(vreinterpretq_s16_u16(vandq_u16(lo16, lowbyte)), sc[2 * g]);
+                    const int16x8_t B = vmulq_n_s16(vreinterpretq_s16_u16(vshrq_n_u16(lo16, 8)), sc[2 * g]);
+                    const int16x8_t C = vmulq_n_s16(vreinterpretq_s16_u16(vandq_u16(hi16, lowbyte)), sc[2 * g + 1]);
+                    const int16x8_t D = vmulq_n_s16(vreinterpretq_s16_u16(vshrq_n_u16(hi16, 8)), sc[2 * g + 1]);
+                    for (int t = 0; t < TG; ++t) {
+                        const int16_t *xg = a.xq + (t0 + t) * a.cols + b * LMT_QK_K + 64 * g + 8 * h;
+                        const int16x8_t xA = vld1q_s16(xg), xB = vld1q_s16(xg + 16);
+                        const int16x8_t xC = vld1q_s16(xg + 32), xD = vld1q_s16(xg + 48);
+                        int32x4_t &p0 = P[t][2 * h], &p1 = P[t][2 * h + 1];
+                        p0 = vmlal_s16(p0, vget_low_s16(A), vget_low_s16(xA));
+                        p1 = vmlal_high_s16(p1, A, xA);
+                        p0 = vmlal_s16(p0, vget_low_s16(B), vget_low_s16(xB));
+                        p1 = vmlal_high_s16(p1, B, xB);
+                        p0 = vmlal_s16(p0, vget_low_s16(C), vget_low_s16(xC));
+                        p1 = vmlal_high_s16(p1, C, xC);
+                        p0 = vmlal_s16(p0, vget_low_s16(D), vget_low_s16(xD));
+                        p1 = vmlal_high_s16(p1, D, xD);
+                    }
+                }
+            }
+            const float d = f16_to_f32(bk->d), dmin = f16_to_f32(bk->dmin);
+            const float32x4_t m_lo = vld1q_f32(mv), m_hi = vld1q_f32(mv + 4);
+            for (int t = 0; t < TG; ++t) {
+                const int64_t tb = (t0 + t) * nb + b;
+                const float dx = a.dx[tb];
+                const float32x4_t dd = vdupq_n_f32(d * dx), dm = vdupq_n_f32(dmin * dx);
+                const int32x4_t L_lo = vpaddq_s32(P[t][0], P[t][1]), L_hi = vpaddq_s32(P[t][2], P[t][3]);
+                const float *xs = a.xsum + tb * 8;
+                f0[t] = vfmaq_f32(f0[t], vcvtq_f32_s32(L_lo), dd);  // fma(L, d*dx, acc)
+                f1[t] = vfmaq_f32(f1[t], vcvtq_f32_s32(L_hi), dd);
+                f0[t] = vfmsq_f32(f0[t], vmulq_f32(m_lo, vld1q_f32(xs)), dm);  // fma(-M, dmin*dx, acc)
+                f1[t] = vfmsq_f32(f1[t], vmulq_f32(m_hi, vld1q_f32(xs + 4)), dm);
+            }
+        }
+        for (int t = 0; t < TG; ++t) {
+            const float32x4_t bsum = vaddq_f32(f0[t], f1[t]);                        // a[l] + a[l+4]
+            const float32x2_t c = vadd_f32(vget_low_f32(bsum), vget_high_f32(bsum));  // b[l] + b[l+2]
+            a.logits[(t0 + t) * a.rows + r] = vget_lane_f32(c, 0) + vget_lane_f32(c, 1);
+        }
+    }
+}
+
+}  // namespace
+
+void matvec_q5_k_i16_neon(const MatvecI16Args &a, int64_t r0, int64_t r1) {
+    for (int64_t t0 = 0; t0 < a.T; t0 += 4) {
+        switch ((int)std::min<int64_t>(4, a.T - t0)) {
+            case 1: i16_rows_neon<1>(a, r0, r1, t0); break;
+            case 2: i16_rows_neon<2>(a, r0, r1, t0); break;
+            case 3: i16_rows_neon<3>(a, r0, r1, t0); break;
+            default: i16_rows_neon<4>(a, r0, r1, t0); break;
         }
     }
 }

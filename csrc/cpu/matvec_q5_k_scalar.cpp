@@ -43,4 +43,34 @@ void matvec_q5_k_scalar(const MatvecArgs &a, int64_t r0, int64_t r1) {
     }
 }
 
+// ---- Precision::I16 reference: DEFINES the canonical result of the int16-activation path ----
+// (the formula and integer bounds are in cpu/internal.hpp). Written for clarity, not speed.
+void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1) {
+    const int64_t nb = a.cols / LMT_QK_K;
+    for (int64_t r = r0; r < r1; ++r) {
+        const auto *blocks = reinterpret_cast<const lmt_block_q5_K *>(a.w + (size_t)r * a.row_stride);
+        for (int64_t t = 0; t < a.T; ++t) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t b = 0; b < nb; ++b) {
+                const lmt_block_q5_K &blk = blocks[b];
+                const int16_t *xq = a.xq + t * a.cols + b * LMT_QK_K;
+                const float *xs = a.xsum + (t * nb + b) * LMT_Q5K_SUBBLOCKS;
+                int64_t L[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // int64 here; the bound keeps it in int32
+                for (int i = 0; i < LMT_QK_K; ++i) {
+                    const int64_t q = (int64_t)lmt_q5k_q(blk.qs, blk.qh, i);
+                    L[(i >> 2) & 7] += (int64_t)lmt_q5k_scale(blk.scales, i >> 5) * q * xq[xi16_pos(i)];
+                }
+                const float dx = a.dx[t * nb + b];
+                const float dd = f16_to_f32(blk.d) * dx, dm = f16_to_f32(blk.dmin) * dx;
+                for (int k = 0; k < 8; ++k) {
+                    const int32_t M = (int32_t)lmt_q5k_min(blk.scales, k) * (int32_t)xs[k];
+                    acc[k] = std::fma((float)(int32_t)L[k], dd, acc[k]);
+                    acc[k] = std::fma(-(float)M, dm, acc[k]);
+                }
+            }
+            a.logits[t * a.rows + r] = hsum8_canonical(acc);
+        }
+    }
+}
+
 }  // namespace lmt::cpu

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 
-def _build_default(rows: int, cols: int, seed: int):
+def _build_default(rows: int, cols: int, seed: int, precision=None):
     import lmtail
 
     rng = np.random.default_rng(seed)
@@ -34,7 +34,7 @@ def _build_default(rows: int, cols: int, seed: int):
     dt = time.perf_counter() - t0
     print(f"built synthetic head {rows} x {cols} Q5_K ({weight.nbytes / 1e6:.1f} MB): quantised a "
           f"{slab_rows}-row slab and tiled it ({dt:.2f} s)")
-    head = lmtail.Head(weight, gamma, logit_scale=0.196116, softcap=20.0, eps=1e-5)
+    head = lmtail.Head(weight, gamma, logit_scale=0.196116, softcap=20.0, eps=1e-5, precision=precision)
     return head, rng
 
 
@@ -50,6 +50,8 @@ def demo(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--topk", type=int, default=40)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--precision", choices=["f32", "i16"], default=None,
+                   help="head matvec activation precision (default: the backend's, i16 on the CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-seed", type=int, default=42,
                    help="seed of the llama.cpp-exact common sampler chain (lmtail.sampling.common_chain)")
@@ -59,13 +61,14 @@ def demo(argv=None) -> int:
     a = p.parse_args(argv)
 
     if a.gguf:
-        head = lmtail.Head.from_gguf(a.gguf, threads=a.threads)
+        head = lmtail.Head.from_gguf(a.gguf, threads=a.threads, precision=a.precision)
         rng = np.random.default_rng(a.seed)
         print(f"loaded {a.gguf}: {head!r}")
     else:
-        head, rng = _build_default(a.rows, a.cols, a.seed)
+        head, rng = _build_default(a.rows, a.cols, a.seed, a.precision)
     print(f"backend={head.backend} simd={lmtail._core.isa_name()} threads={a.threads or lmtail._core.default_threads()} "
-          f"logit_scale={head.logit_scale} softcap={head.softcap} eog_ids={list(head.eog_ids)[:8]}")
+          f"precision={head.precision} logit_scale={head.logit_scale} softcap={head.softcap} "
+          f"eog_ids={list(head.eog_ids)[:8]}")
     wbytes = head.weight.nbytes
     T = a.tokens
     stats: dict[str, list] = {"norm": [], "head": [], "cap": [], "greedy": [], "topk": [], "sample": []}

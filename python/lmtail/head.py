@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from . import _backend
-from ._validate import finite_float, float32_array, q5k_weight, threads_arg, token_ids
+from ._validate import finite_float, float32_array, precision_arg, q5k_weight, threads_arg, token_ids
 from .errors import BackendError, NonFiniteLogitsError, ParameterError, ShapeError
 from .ops import check_greedy
 
@@ -28,6 +28,8 @@ class Head:
     (cols,), or None when the hidden state arrives already normalised (no norm is applied).
     ``norm_kind="layer"`` applies a LayerNorm without bias instead (command-r, cohere2: llama.cpp's
     LLM_NORM), with ``norm`` as its optional weight. ``softcap <= 0`` disables the cap.
+    ``precision`` selects the head matvec's activation precision ("f32" or, on the CPU, "i16";
+    None: the backend's default), see :func:`lmtail.ops.matvec_q5_k`.
 
     Failure semantics (fail closed): any non-finite hidden value, pre-cap logit or capped logit
     raises :class:`lmtail.NonFiniteLogitsError`, and the previously published distribution stays
@@ -47,9 +49,11 @@ class Head:
         eog_ids=(),
         max_tokens: int = 8,
         norm_kind: str = "rms",
+        precision: Optional[str] = None,
     ) -> None:
         self._impl = _backend.get(backend)
         self._backend = backend
+        self._precision = precision_arg(precision, backend)
         self._weight, self._rows, self._cols = q5k_weight(weight, "weight")
         if norm is not None:
             norm = float32_array(norm, "norm", ndims=(1,))
@@ -104,6 +108,7 @@ class Head:
         logit_scale: Optional[float] = None,
         softcap: Optional[float] = None,
         threads: Optional[int] = None,
+        precision: Optional[str] = None,
     ) -> "Head":
         """Load ``output.weight`` (Q5_K, memory-mapped), ``output_norm.weight``, the RMS epsilon,
         the logit scale and soft cap (llama.cpp's per-architecture semantics) and the EOG ids."""
@@ -122,6 +127,7 @@ class Head:
             threads=threads,
             eog_ids=[i for i in spec.eog_ids if i < spec.rows],
             norm_kind="layer" if spec.norm_kind == "layer" else "rms",
+            precision=precision,
         )
         head.path = os.fspath(path)
         head.spec = spec
@@ -151,6 +157,11 @@ class Head:
     @property
     def softcap(self) -> float:
         return self._softcap
+
+    @property
+    def precision(self) -> str:
+        """Activation precision of the head matvec: "f32" or "i16" (see ``ops.matvec_q5_k``)."""
+        return self._precision
 
     @property
     def norm_kind(self) -> str:
@@ -232,7 +243,10 @@ class Head:
             normed = h2
         t1 = time.perf_counter()
         logits = self._staging[:T]
-        impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
+        if self._backend == "cpu":
+            impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto", self._precision)
+        else:  # the other backends implement f32 activations only (precision_arg checked it)
+            impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
         t2 = time.perf_counter()
         if not impl.all_finite(logits, th):
             raise NonFiniteLogitsError(f"logits before the soft cap: non-finite value at {_first_nonfinite(logits)}")
