@@ -33,7 +33,7 @@ def test_cpp_program_builds_against_installed_package(tmp_path):
     # Same computation through Python must agree.
     w = np.array([[0.01 * ((r * 7 + c) % 13) * (2.0 if r == 3 else 1.0) for c in range(256)] for r in range(5)],
                  np.float32)
-    # The C++ API's default precision is f32 (the embed example uses it); the Python default is i16.
+    # The embed example uses the C++ API's default precision, f32 (also the Python default).
     head = lmtail.Head(lmtail.quantize_q5_k(w), None, logit_scale=0.5, softcap=20.0, precision="f32")
     x = lmtail.ops.rms_norm(np.ones(256, np.float32), None)
     assert out[0] == f"greedy {int(head.greedy(x)[0])}"

@@ -51,7 +51,7 @@ def demo(argv=None) -> int:
     p.add_argument("--topk", type=int, default=40)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--precision", choices=["f32", "i16"], default=None,
-                   help="head matvec activation precision (default: the backend's, i16 on the CPU)")
+                   help="head matvec activation precision (default f32; i16: the CPU's fast path)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-seed", type=int, default=42,
                    help="seed of the llama.cpp-exact common sampler chain (lmtail.sampling.common_chain)")
