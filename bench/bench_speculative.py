@@ -8,7 +8,7 @@ in the same run on the same rows. Per-row cost = (step with n drafts - step with
 drafts the target always accepts (p(x) >= q(x)); the residual draw = a step rejecting its first
 draft minus one row. Medians of interleaved repetitions.
 
-    python bench/bench_speculative.py [--reps 40]
+    python bench/bench_speculative.py [--reps 200]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def timed(fn, reps):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--reps", type=int, default=200)
     args = ap.parse_args()
     g = np.random.default_rng(0)
     P = softmax_rows((g.standard_normal((N_DRAFT + 1, V)) * 3).astype(np.float32))

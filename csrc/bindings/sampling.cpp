@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -296,6 +297,45 @@ void bind_sampling(py::module_ &m) {
               return py::make_tuple(r.sum, r.n_bad, r.found_bad, r.bad_id, r.repeated, r.p_tok);
           },
           py::arg("ids"), py::arg("probs"), py::arg("n_vocab"), py::arg("tok"));
+    // Every sparse row of one verify step in one call (the top-k route's per-row cost is Python
+    // overhead otherwise): rows is a sequence of (ids int32, probs float32) pairs, toks[i] the
+    // token to look up in row i (-1: none). Returns (sums, p_tok, error) with error None or
+    // (row, what, value): what = "bad_prob" (value: index), "out_of_range" or "repeated" (value:
+    // the id); rows that are not int32/float32 C-contiguous pairs raise ArgumentError.
+    m.def("spec_sparse_rows",
+          [](py::sequence rows, size_t V, py::sequence toks) -> py::tuple {
+              const size_t n = (size_t)py::len(rows);
+              py::array_t<double> sums(n);
+              py::array_t<float> ptok(n);
+              auto s = sums.mutable_unchecked<1>();
+              auto pt = ptok.mutable_unchecked<1>();
+              const size_t nt = (size_t)py::len(toks);
+              for (size_t i = 0; i < n; ++i) {
+                  py::object r = rows[i];
+                  if (!py::isinstance<py::tuple>(r) || py::len(r) != 2)
+                      throw lmt::ArgumentError("row " + std::to_string(i) + ": expected an (ids, probs) pair");
+                  py::tuple t = r.cast<py::tuple>();
+                  py::array ids = t[0].cast<py::array>(), p = t[1].cast<py::array>();
+                  const int32_t *ii = vec_of<int32_t>(ids, "ids");
+                  const float *pp = vec_of<float>(p, "probs");
+                  if (ids.shape(0) != p.shape(0)) throw lmt::ArgumentError("ids and probs: expected one length");
+                  const int64_t tok = i < nt ? toks[i].cast<int64_t>() : -1;
+                  const auto info = lmt::spec::sparse_row(ii, pp, (size_t)ids.shape(0), V, tok);
+                  if (info.found_bad)
+                      return py::make_tuple(sums, ptok,
+                                            py::make_tuple(i, std::string(info.repeated ? "repeated" : "out_of_range"),
+                                                           (int64_t)info.bad_id));
+                  if (info.n_bad) {
+                      size_t j = 0;
+                      while (j < (size_t)p.shape(0) && pp[j] >= 0.0f && std::fabs(pp[j]) <= FLT_MAX) ++j;
+                      return py::make_tuple(sums, ptok, py::make_tuple(i, std::string("bad_prob"), (int64_t)j));
+                  }
+                  s(i) = info.sum;
+                  pt(i) = info.p_tok;
+              }
+              return py::make_tuple(sums, ptok, py::none());
+          },
+          py::arg("rows"), py::arg("n_vocab"), py::arg("toks"));
     m.def("spec_row_stats",
           [](py::array x) {
               const float *xx = vec_of<float>(x, "row");

@@ -152,6 +152,34 @@ def _row(x, what: str, n_vocab: Optional[int], tok: int = -1) -> _Row:
     return _Row(dense=p)
 
 
+def _all_pairs(x) -> bool:
+    # The batch kernel checks dtypes and layout itself (ArgumentError -> the per-row path).
+    return all(type(r) is tuple and len(r) == 2 for r in x)
+
+
+def _sparse_rows_batch(x, what: str, n_vocab: int, toks: Sequence[int]) -> list:
+    """Candidate rows already in the kernel's layout, checked in one C++ call (the top-k route:
+    per-row Python overhead is what the per-row time would otherwise be made of)."""
+    try:
+        sums, ptok, err = _core.spec_sparse_rows(x, n_vocab, list(toks))
+    except ValueError:  # not int32 / float32 C-contiguous pairs: the per-row path converts them
+        return [_row(r, f"{what}[{i}]", n_vocab, toks[i] if i < len(toks) else -1) for i, r in enumerate(x)]
+    if err is not None:
+        i, kind, v = err
+        if kind == "bad_prob":
+            raise ParameterError(f"{what}[{i}]: probabilities must be finite and >= 0; found {x[i][1][v]} at index {v}")
+        raise ParameterError(f"{what}[{i}]: token id {v} " +
+                             ("appears twice" if kind == "repeated" else f"is outside [0, {n_vocab})"))
+    bad = np.flatnonzero(~(np.abs(sums - 1.0) <= PROB_SUM_TOLERANCE))
+    if len(bad):
+        i = int(bad[0])
+        raise ParameterError(f"{what}[{i}]: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum "
+                             f"{sums[i]:.6g} -- pass the chain's probabilities, not logits")
+    nt = len(toks)
+    pt = ptok.tolist()
+    return [_Row(None, r[0], r[1], toks[i] if i < nt else -1, pt[i]) for i, r in enumerate(x)]
+
+
 def _rows(x, n: int, what: str, n_vocab: Optional[int], toks: Sequence[int] = ()) -> list:
     if isinstance(x, np.ndarray) and x.ndim == 2:
         if x.shape[0] != n:
@@ -169,6 +197,8 @@ def _rows(x, n: int, what: str, n_vocab: Optional[int], toks: Sequence[int] = ()
         raise ShapeError(f"{what}: expected ({n}, n_vocab) or a sequence of {n} rows; found {getattr(x, 'shape', type(x).__name__)}")
     if len(x) != n:
         raise ShapeError(f"{what}: expected {n} rows; found {len(x)}")
+    if n_vocab is not None and n and _all_pairs(x):
+        return _sparse_rows_batch(x, what, n_vocab, toks)
     return [_row(r, f"{what}[{i}]", n_vocab, toks[i] if i < len(toks) else -1) for i, r in enumerate(x)]
 
 
@@ -338,7 +368,10 @@ def verify(draft_tokens, draft_probs, target_probs, target_orders, rng, stdlib: 
     else:
         if isinstance(draft_probs, np.ndarray) or not isinstance(draft_probs, Sequence) or len(draft_probs) != n:
             raise ShapeError(f"draft_probs: expected {n} rows; found {getattr(draft_probs, 'shape', None) or len(draft_probs)}")
-        Q = [None if r is None else _row(r, f"draft_probs[{i}]", V, toks[i]) for i, r in enumerate(draft_probs)]
+        if n and _all_pairs(draft_probs):
+            Q = _sparse_rows_batch(draft_probs, "draft_probs", V, toks)
+        else:
+            Q = [None if r is None else _row(r, f"draft_probs[{i}]", V, toks[i]) for i, r in enumerate(draft_probs)]
     if target_orders is None:
         orders = [None] * (n + 1)
     else:
