@@ -157,7 +157,7 @@ def _all_pairs(x) -> bool:
     return all(type(r) is tuple and len(r) == 2 for r in x)
 
 
-def _sparse_rows_batch(x, what: str, n_vocab: int, toks: Sequence[int]) -> list:
+def _sparse_rows_batch(x, what: str, n_vocab: int, toks: Sequence[int]):
     """Candidate rows already in the kernel's layout, checked in one C++ call (the top-k route:
     per-row Python overhead is what the per-row time would otherwise be made of)."""
     try:
@@ -175,12 +175,27 @@ def _sparse_rows_batch(x, what: str, n_vocab: int, toks: Sequence[int]) -> list:
         i = int(bad[0])
         raise ParameterError(f"{what}[{i}]: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum "
                              f"{sums[i]:.6g} -- pass the chain's probabilities, not logits")
-    nt = len(toks)
-    pt = ptok.tolist()
-    return [_Row(None, r[0], r[1], toks[i] if i < nt else -1, pt[i]) for i, r in enumerate(x)]
+    return _BatchRows(x, toks, ptok.tolist())
 
 
-def _rows(x, n: int, what: str, n_vocab: Optional[int], toks: Sequence[int] = ()) -> list:
+class _BatchRows:
+    """Checked candidate rows of one step; a row object is built only for the row that needs it
+    (the rejected or bonus position), the accept tests read ``pt`` (p of each row's draft token)."""
+
+    __slots__ = ("raw", "toks", "pt")
+
+    def __init__(self, raw, toks: Sequence[int], pt: list):
+        self.raw, self.toks, self.pt = raw, toks, pt
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __getitem__(self, i: int) -> _Row:
+        r = self.raw[i]
+        return _Row(None, r[0], r[1], self.toks[i] if i < len(self.toks) else -1, self.pt[i])
+
+
+def _rows(x, n: int, what: str, n_vocab: Optional[int], toks: Sequence[int] = ()):
     if isinstance(x, np.ndarray) and x.ndim == 2:
         if x.shape[0] != n:
             raise ShapeError(f"{what}: expected {n} rows; found {x.shape[0]}")
@@ -396,32 +411,34 @@ def _reset_stream(dst: Mt19937, src: Mt19937) -> None:
 
 def _verify(toks, Q, P, orders, rng: Mt19937, stdlib: str, V: int) -> Decision:
     start = rng.consumed
-    logps = []
-    for i, x in enumerate(toks):
-        p = P[i].prob(x)
-        q = 1.0 if Q[i] is None else Q[i].prob(x)
-        u = rng.uniform_float_value(stdlib)  # one output per examined draft, always
-        if p <= 0.0:
-            accept = False  # never emit a token the target cannot produce
-        elif q <= 0.0 or p >= q:
-            accept = True  # ratio >= 1 (q(x) = 0 means the draft could not have sampled x)
-        else:
-            accept = u < p / q
-        if accept:
-            logps.append(_logp(p))
+    logps: list = []
+    n = len(toks)
+    p_at = P.pt if isinstance(P, _BatchRows) else [P[i].prob(x) for i, x in enumerate(toks)]
+    q_at = Q.pt if isinstance(Q, _BatchRows) else [1.0 if Q[i] is None else Q[i].prob(x) for i, x in enumerate(toks)]
+    draw_float = rng.uniform_float_value
+    log = math.log
+    for i in range(n):
+        p, q = p_at[i], q_at[i]
+        u = draw_float(stdlib)  # one output per examined draft, always
+        # Accept: never a token the target cannot produce (p = 0); always when the ratio is >= 1
+        # (q(x) = 0 means the draft could not have sampled x); else with probability p/q.
+        if p > 0.0 and (q <= 0.0 or p >= q or u < p / q):
+            logps.append(log(p))
             continue
-        order = _order(orders[i], P[i], f"target_orders[{i}]")
-        qrow = Q[i] if Q[i] is not None else _Row(ids=np.array([x], np.int32), p=np.array([1.0], np.float32))
-        order, w, m = _residual_weights(P[i], qrow, order, f"target_orders[{i}]", V)
+        x = toks[i]
+        Pi, Qi = P[i], Q[i]
+        order = _order(orders[i], Pi, f"target_orders[{i}]")
+        qrow = Qi if Qi is not None else _Row(ids=np.array([x], np.int32), p=np.array([1.0], np.float32))
+        order, w, m = _residual_weights(Pi, qrow, order, f"target_orders[{i}]", V)
         if m == 0:  # p == q: the residual is empty, its limit is p itself
-            order, w, m = _residual_weights(P[i], None, order, f"target_orders[{i}]", V)
-        y, py = _draw(order, w, rng, stdlib, P[i])
+            order, w, m = _residual_weights(Pi, None, order, f"target_orders[{i}]", V)
+        y, py = _draw(order, w, rng, stdlib, Pi)
         logps.append(_logp(py))
         return Decision(i, y, tuple(toks[:i]) + (y,), tuple(logps), rng.consumed - start)
-    n = len(toks)
-    order = _order(orders[n], P[n], f"target_orders[{n}]")
-    order, w, _ = _residual_weights(P[n], None, order, f"target_orders[{n}]", V)
-    y, py = _draw(order, w, rng, stdlib, P[n])
+    Pn = P[n]
+    order = _order(orders[n], Pn, f"target_orders[{n}]")
+    order, w, _ = _residual_weights(Pn, None, order, f"target_orders[{n}]", V)
+    y, py = _draw(order, w, rng, stdlib, Pn)
     logps.append(_logp(py))
     return Decision(n, y, tuple(toks) + (y,), tuple(logps), rng.consumed - start)
 
