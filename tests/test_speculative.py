@@ -514,3 +514,23 @@ def test_untrusted_inputs_never_crash(data):
     except LmtailError:
         return
     assert 0 <= d.accepted <= n and all(0 <= t < V for t in d.tokens)
+
+
+def test_kernels_do_not_depend_on_threads_or_precomputed_blocks():
+    from lmtail import _core
+
+    V = 202048 + 77
+    g = np.random.default_rng(5)
+    p = (g.random(V) ** 3).astype(np.float32)
+    q = (g.random(V) ** 3).astype(np.float32)
+    outs = []
+    for th in (1, 2, 3):
+        w = np.empty(V, np.float32)
+        b = np.empty(V // 32 + 1, np.float64)
+        n = _core.spec_residual_weights(p, q, None, w, b, th)
+        outs.append((n, w.tobytes(), b[: (V + 31) // 32].tobytes(), _core.spec_row_stats(p, th)))
+    assert outs[0] == outs[1] == outs[2]
+    w = np.frombuffer(outs[0][1], np.float32)
+    b = np.frombuffer(outs[0][2], np.float64)
+    for u in (0.0, 0.3, 0.999999):
+        assert _core.spec_select(w, V, u, b) == _core.spec_select(w, V, u)

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.hpp"
 #include "cpu/sampling.hpp"
 #include "cpu/speculative.hpp"
 #include "lmtail/cpu.hpp"
@@ -253,7 +254,7 @@ void bind_sampling(py::module_ &m) {
     // Speculative verification (python/lmtail/speculative.py): residual weights over an order,
     // the blocked selection walk, and probability-row checks.
     m.def("spec_residual_weights",
-          [](py::array p, py::object q, py::object order, py::array out_w) {
+          [](py::array p, py::object q, py::object order, py::array out_w, py::object out_blocks, int threads) {
               const float *pp = vec_of<float>(p, "p");
               const size_t V = (size_t)p.shape(0);
               const float *qq = optional_row(q, V);
@@ -263,10 +264,20 @@ void bind_sampling(py::module_ &m) {
               if (!out_w.writeable()) throw lmt::ArgumentError("out_w: expected a writable array");
               float *ow = const_cast<float *>(vec_of<float>(out_w, "out_w"));
               if ((size_t)out_w.shape(0) < no) throw lmt::ArgumentError("out_w: expected room for len(order) entries");
+              double *ob = nullptr;
+              if (!out_blocks.is_none()) {
+                  py::array a = out_blocks.cast<py::array>();
+                  if (!a.writeable()) throw lmt::ArgumentError("out_blocks: expected a writable array");
+                  ob = const_cast<double *>(vec_of<double>(a, "out_blocks"));
+                  if ((size_t)a.shape(0) < (no + lmt::spec::kSelectBlock - 1) / lmt::spec::kSelectBlock)
+                      throw lmt::ArgumentError("out_blocks: expected room for one sum per 32 weights");
+              }
+              const int th = lmt::core::resolve_threads(threads);
               py::gil_scoped_release nogil;
-              return lmt::spec::residual_weights(pp, qq, V, o, no, ow);
+              return lmt::spec::residual_weights(pp, qq, V, o, no, ow, ob, th);
           },
-          py::arg("p"), py::arg("q"), py::arg("order"), py::arg("out_w"));
+          py::arg("p"), py::arg("q"), py::arg("order"), py::arg("out_w"), py::arg("out_blocks") = py::none(),
+          py::arg("threads") = 0);
     m.def("spec_residual_support",
           [](py::array p, py::object q) {
               const float *pp = vec_of<float>(p, "p");
@@ -277,13 +288,20 @@ void bind_sampling(py::module_ &m) {
           },
           py::arg("p"), py::arg("q"));
     m.def("spec_select",
-          [](py::array w, size_t n, double u) {
+          [](py::array w, size_t n, double u, py::object blocks) {
               const float *ww = vec_of<float>(w, "w");
               if (n > (size_t)w.shape(0)) throw lmt::ArgumentError("n exceeds the weights");
+              const double *bb = nullptr;
+              if (!blocks.is_none()) {
+                  py::array a = blocks.cast<py::array>();
+                  bb = vec_of<double>(a, "blocks");
+                  if ((size_t)a.shape(0) < (n + lmt::spec::kSelectBlock - 1) / lmt::spec::kSelectBlock)
+                      throw lmt::ArgumentError("blocks: expected one sum per 32 weights");
+              }
               py::gil_scoped_release nogil;
-              return lmt::spec::blocked_select(ww, n, u);
+              return lmt::spec::blocked_select(ww, n, u, bb);
           },
-          py::arg("w"), py::arg("n"), py::arg("u"));
+          py::arg("w"), py::arg("n"), py::arg("u"), py::arg("blocks") = py::none());
     m.def("spec_sparse_row",
           [](py::array ids, py::array p, size_t V, int64_t tok) {
               const int32_t *ii = vec_of<int32_t>(ids, "ids");
@@ -337,16 +355,17 @@ void bind_sampling(py::module_ &m) {
           },
           py::arg("rows"), py::arg("n_vocab"), py::arg("toks"));
     m.def("spec_row_stats",
-          [](py::array x) {
+          [](py::array x, int threads) {
               const float *xx = vec_of<float>(x, "row");
               const size_t n = (size_t)x.shape(0);
+              const int th = lmt::core::resolve_threads(threads);
               double sum = 0.0;
               size_t bad = 0;
               {
                   py::gil_scoped_release nogil;
-                  lmt::spec::row_stats(xx, n, &sum, &bad);
+                  lmt::spec::row_stats(xx, n, &sum, &bad, th);
               }
               return py::make_tuple(sum, bad);
           },
-          py::arg("row"));
+          py::arg("row"), py::arg("threads") = 0);
 }

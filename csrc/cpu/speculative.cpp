@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.hpp"
 #include "lmtail/cpu.hpp"
 
 namespace lmt::spec {
@@ -25,22 +26,60 @@ inline float positive_part(float d) {
     std::memcpy(&w, &b, 4);
     return w;
 }
+
+double block_sum(const float *w, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; ++i) s += (double)w[i];
+    return s;
+}
+
+// Sums of consecutive kSelectBlock-weight blocks of w[0, n) (the last may be short). Eight blocks
+// at a time, interleaved: each block is still its own sequential sum in index order (the
+// definition), but eight independent chains keep the adder busy (one chain alone is
+// latency-bound: ~290 us at 202048 weights, measured).
+void block_sums(const float *w, size_t n, double *blocks) {
+    const size_t nb = (n + kSelectBlock - 1) / kSelectBlock, full = n / kSelectBlock;
+    size_t b = 0;
+    for (; b + 8 <= full; b += 8) {
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const float *base = w + b * kSelectBlock;
+        for (size_t i = 0; i < kSelectBlock; ++i)
+            for (size_t k = 0; k < 8; ++k) s[k] += (double)base[k * kSelectBlock + i];
+        for (size_t k = 0; k < 8; ++k) blocks[b + k] = s[k];
+    }
+    for (; b < nb; ++b) {
+        const size_t lo = b * kSelectBlock;
+        blocks[b] = block_sum(w + lo, std::min(kSelectBlock, n - lo));
+    }
+}
+
+// Rows are split into chunks of this many entries for threads; a multiple of 256 so chunking
+// never changes a block.
+constexpr size_t kChunk = 65536;
 }  // namespace
 
 size_t residual_weights(const float *p, const float *q, size_t V, const int32_t *order, size_t n_order,
-                        float *out_w) {
+                        float *out_w, double *out_blocks, int threads) {
     size_t n = 0;
     if (!order) {
-        // Ascending ids, nothing to validate: a branch-free, vectorisable pass. (A compacting
-        // version -- write only positive weights -- cost ~3x more: the sign of p - q is
-        // unpredictable and the cursor serialises the stores.)
-        uint32_t pos = 0;  // 32-bit lanes vectorise; V < 2^31 is checked by the callers
-        for (size_t i = 0; i < V; ++i) {
-            const float d = q ? p[i] - q[i] : p[i];
-            out_w[i] = positive_part(d);
-            pos += (uint32_t)(d > 0.0f);
-        }
-        return pos;
+        // Ascending ids, nothing to validate: independent chunks (the thread count cannot change
+        // a byte), each a branch-free pass the compiler vectorises, followed by the chunk's block
+        // sums for blocked_select while the weights are still in L1/L2.
+        const int64_t tasks = (int64_t)((V + kChunk - 1) / kChunk);
+        std::vector<size_t> pos((size_t)tasks, 0);
+        lmt::core::parallel_for(threads, tasks, [&](int64_t t) {
+            const size_t lo = (size_t)t * kChunk, hi = std::min(V, lo + kChunk);
+            uint32_t c = 0;  // 32-bit lanes vectorise
+            for (size_t i = lo; i < hi; ++i) {
+                const float d = q ? p[i] - q[i] : p[i];
+                out_w[i] = positive_part(d);
+                c += (uint32_t)(d > 0.0f);
+            }
+            pos[(size_t)t] = c;
+            if (out_blocks) block_sums(out_w + lo, hi - lo, out_blocks + lo / kSelectBlock);
+        });
+        for (size_t c : pos) n += c;
+        return n;
     }
     // One byte per token marks ids already seen: V bytes per call (200 KB at 202048) is cheaper
     // than sorting the order, and order validation is what keeps a bad caller from silently
@@ -59,6 +98,7 @@ size_t residual_weights(const float *p, const float *q, size_t V, const int32_t 
         out_w[j] = positive_part(d);
         n += (d > 0.0f);
     }
+    if (out_blocks) block_sums(out_w, n_order, out_blocks);
     return n;
 }
 
@@ -72,34 +112,17 @@ size_t residual_support(const float *p, const float *q, size_t V) {
     return n;
 }
 
-namespace {
-double block_sum(const float *w, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; ++i) s += (double)w[i];
-    return s;
-}
-}  // namespace
-
-int64_t blocked_select(const float *w, size_t n, double u) {
+int64_t blocked_select(const float *w, size_t n, double u, const double *pre_blocks) {
     if (n == 0) return -1;
     const size_t nb = (n + kSelectBlock - 1) / kSelectBlock;
-    std::vector<double> blocks(nb);
-    // Eight blocks at a time, interleaved: each block is still its own sequential sum in index
-    // order (the definition), but eight independent chains keep the adder busy (one chain alone
-    // is latency-bound: ~290 us at 202048 weights, measured).
-    const size_t full = n / kSelectBlock;
+    std::vector<double> own;
+    const double *blocks = pre_blocks;
+    if (!blocks) {
+        own.resize(nb);
+        block_sums(w, n, own.data());
+        blocks = own.data();
+    }
     size_t b = 0;
-    for (; b + 8 <= full; b += 8) {
-        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        const float *base = w + b * kSelectBlock;
-        for (size_t i = 0; i < kSelectBlock; ++i)
-            for (size_t k = 0; k < 8; ++k) s[k] += (double)base[k * kSelectBlock + i];
-        for (size_t k = 0; k < 8; ++k) blocks[b + k] = s[k];
-    }
-    for (; b < nb; ++b) {
-        const size_t lo = b * kSelectBlock;
-        blocks[b] = block_sum(w + lo, std::min(kSelectBlock, n - lo));
-    }
     double total = 0.0;
     for (size_t j = 0; j < nb; ++j) total += blocks[j];
     const double target = u * total;
@@ -120,25 +143,41 @@ int64_t blocked_select(const float *w, size_t n, double u) {
     return -1;
 }
 
-void row_stats(const float *x, size_t n, double *sum, size_t *n_bad) {
-    // Two branch-free passes the compiler vectorises: a count of entries that are negative or not
-    // finite (!(|v| <= FLT_MAX) is true for NaN and +-inf), and the sum -- 16 float lanes per
-    // block of 256 entries (relative error ~2e-6 per block, far inside the 1e-3 tolerance the sum
-    // is checked against), blocks added in double. Measured 58 us per 202048-entry row against
-    // 115 us for double lanes (SSE2 converts two floats per instruction).
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; ++i) bad += (uint32_t)((x[i] < 0.0f) | !(std::fabs(x[i]) <= FLT_MAX));
+void row_stats(const float *x, size_t n, double *sum, size_t *n_bad, int threads) {
+    // Per chunk (threads; the result does not depend on their number): two branch-free passes the
+    // compiler vectorises -- a count of entries that are negative or not finite (!(|v| <= FLT_MAX)
+    // is true for NaN and +-inf), and the sum in 16 float lanes per block of 256 entries
+    // (relative error ~2e-6 per block, far inside the 1e-3 tolerance it is checked against),
+    // blocks added in double; chunk sums added in chunk order. Measured 58 us per 202048-entry
+    // row on one thread against 115 us for double lanes (SSE2 converts two floats per
+    // instruction); the row read is memory-bound, so two threads help on this VM.
+    const int64_t tasks = (int64_t)((n + kChunk - 1) / kChunk);
+    std::vector<double> sums((size_t)tasks, 0.0);
+    std::vector<uint32_t> bads((size_t)tasks, 0);
+    lmt::core::parallel_for(threads, tasks, [&](int64_t t) {
+        const size_t lo = (size_t)t * kChunk, hi = std::min(n, lo + kChunk);
+        uint32_t bad = 0;
+        for (size_t i = lo; i < hi; ++i) bad += (uint32_t)((x[i] < 0.0f) | !(std::fabs(x[i]) <= FLT_MAX));
+        double total = 0.0;
+        size_t i = lo;
+        for (; i + 256 <= hi; i += 256) {
+            float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+            for (size_t k = 0; k < 256; k += 16)
+                for (size_t j = 0; j < 16; ++j) acc[j] += x[i + k + j];
+            double s = 0.0;
+            for (size_t j = 0; j < 16; ++j) s += (double)acc[j];
+            total += s;
+        }
+        for (; i < hi; ++i) total += (double)x[i];
+        sums[(size_t)t] = total;
+        bads[(size_t)t] = bad;
+    });
     double total = 0.0;
-    size_t i = 0;
-    for (; i + 256 <= n; i += 256) {
-        float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-        for (size_t k = 0; k < 256; k += 16)
-            for (size_t j = 0; j < 16; ++j) acc[j] += x[i + k + j];
-        double s = 0.0;
-        for (size_t j = 0; j < 16; ++j) s += (double)acc[j];
-        total += s;
+    size_t bad = 0;
+    for (int64_t t = 0; t < tasks; ++t) {
+        total += sums[(size_t)t];
+        bad += bads[(size_t)t];
     }
-    for (; i < n; ++i) total += (double)x[i];
     *sum = total;
     *n_bad = bad;
 }

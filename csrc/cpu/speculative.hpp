@@ -15,8 +15,11 @@ namespace lmt::spec {
 // for id = order[j] (q == nullptr: max(p[id], 0)). Returns how many are positive. Throws
 // lmt::ArgumentError when an id is outside [0, V) or repeated (a repeated id would count its mass
 // twice).
+// out_blocks (may be null): also the kSelectBlock block sums of out_w for blocked_select, computed
+// while the weights are still in cache. Without an order the rows are split into chunks over
+// `threads` threads (the bytes never depend on it).
 size_t residual_weights(const float *p, const float *q, size_t V, const int32_t *order, size_t n_order,
-                        float *out_w);
+                        float *out_w, double *out_blocks, int threads);
 
 // Tokens of the whole vocabulary with a positive residual (the set `order` must cover).
 size_t residual_support(const float *p, const float *q, size_t V);
@@ -30,11 +33,12 @@ size_t residual_support(const float *p, const float *q, size_t V);
 // weight is positive. Blocks keep the sum's dependency chain short (independent per block):
 // at 200k weights this is ~4x faster than one sequential chain (see docs/DESIGN.md).
 constexpr size_t kSelectBlock = 32;
-int64_t blocked_select(const float *w, size_t n, double u);
+// pre_blocks: the block sums residual_weights wrote (null: computed here).
+int64_t blocked_select(const float *w, size_t n, double u, const double *pre_blocks = nullptr);
 
 // Row checks for probability inputs: the sum (float lanes per block of 256, blocks added in
 // double; a fixed order) and the count of entries that are negative or not finite.
-void row_stats(const float *x, size_t n, double *sum, size_t *n_bad);
+void row_stats(const float *x, size_t n, double *sum, size_t *n_bad, int threads);
 
 // Checks a sparse probability row (ids, p) of n entries over a vocabulary of V tokens and looks
 // up one token: sum (double, in order), entries that are negative or not finite, the first id

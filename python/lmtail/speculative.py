@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -256,17 +257,25 @@ def _stream(rng) -> Mt19937:
 
 
 # ---- the residual / bonus draw ----------------------------------------------------------------
-_SCRATCH: dict = {}
+class _Scratch(threading.local):
+    # Per thread: the kernels release the GIL, so two threads verifying at once must not share.
+    def __init__(self) -> None:
+        self.d: dict = {}
 
 
-def _scratch(n: int) -> np.ndarray:
-    # One retained float buffer for the residual weights (no vocabulary-sized allocation per step);
-    # the weights are consumed before verify returns.
-    w = _SCRATCH.get("w")
+_TLS = _Scratch()
+
+
+def _scratch(n: int) -> tuple:
+    # Retained buffers for the residual weights and their block sums (no vocabulary-sized
+    # allocation per step); both are consumed before verify returns.
+    d = _TLS.d
+    w = d.get("w")
     if w is None or len(w) < n:
         w = np.empty(max(n, 1024), np.float32)
-        _SCRATCH["w"] = w
-    return w
+        d["w"] = w
+        d["blocks"] = np.empty(len(w) // 32 + 1, np.float64)
+    return w, d["blocks"]
 
 
 def _order(order, row: _Row, what: str) -> Optional[np.ndarray]:
@@ -289,13 +298,14 @@ def _residual_weights(p: _Row, q: Optional[_Row], order: Optional[np.ndarray], w
     ``order`` None: ascending ids over the whole vocabulary. Raises unless the order lists every
     token of positive weight (a missing one would silently be impossible to draw)."""
     if p.dense is not None and (q is None or q.dense is not None):
-        w = _scratch(n_vocab if order is None else len(order))
+        w, blocks = _scratch(n_vocab if order is None else len(order))
         qd = None if q is None else q.dense
         try:
-            n = int(_core.spec_residual_weights(p.dense, qd, order, w))
+            n = int(_core.spec_residual_weights(p.dense, qd, order, w, blocks))
         except ValueError as e:  # lmt::ArgumentError surfaces as ValueError
             raise ParameterError(f"{what}: {e}") from None
         w = w[: n_vocab if order is None else len(order)]
+        _TLS.d["valid_blocks"] = (w, blocks)
         support = n if order is None else int(_core.spec_residual_support(p.dense, qd))
     elif p.dense is None and (order is None or order is p.ids):
         # Candidate rows in their own order (the top-k route's common case): the ids were checked
@@ -333,7 +343,8 @@ def _residual_weights(p: _Row, q: Optional[_Row], order: Optional[np.ndarray], w
 def _draw(order: Optional[np.ndarray], w: np.ndarray, rng: Mt19937, stdlib: str, p: _Row) -> tuple:
     """(token, its target probability) drawn from the weights along the order."""
     u = rng.uniform_double(stdlib)
-    j = int(_core.spec_select(w, len(w), u))
+    pre = _TLS.d.pop("valid_blocks", None)  # block sums from the residual pass, if for these weights
+    j = int(_core.spec_select(w, len(w), u, pre[1] if pre is not None and pre[0] is w else None))
     if order is None:
         return j, p.prob(j)
     if order is p.ids:  # candidate rows in their own order: p is at the same position
