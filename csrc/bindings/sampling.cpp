@@ -4,6 +4,7 @@
 // re-checks everything it dereferences, and releases the GIL around the loop.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cfloat>
 #include <cmath>
@@ -354,6 +355,13 @@ void bind_sampling(py::module_ &m) {
               return py::make_tuple(sums, ptok, py::none());
           },
           py::arg("rows"), py::arg("n_vocab"), py::arg("toks"));
+    m.def("spec_accept_run",
+          [](const std::vector<double> &p, const std::vector<double> &q, const std::vector<uint32_t> &raw, int stdlib) {
+              if (q.size() != p.size() || raw.size() < p.size())
+                  throw lmt::ArgumentError("accept_run: expected equal lengths and one raw word per draft");
+              return lmt::spec::accept_run(p.data(), q.data(), raw.data(), p.size(), stdlib);
+          },
+          py::arg("p"), py::arg("q"), py::arg("raw"), py::arg("stdlib"));
     m.def("spec_row_stats",
           [](py::array x, int threads) {
               const float *xx = vec_of<float>(x, "row");

@@ -182,6 +182,26 @@ void row_stats(const float *x, size_t n, double *sum, size_t *n_bad, int threads
     *n_bad = bad;
 }
 
+size_t accept_run(const double *p, const double *q, const uint32_t *raw, size_t n, int stdlib) {
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t y = raw[i];  // std::mt19937's tempering
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9D2C5680u;
+        y ^= (y << 15) & 0xEFC60000u;
+        y ^= y >> 18;
+        double u;
+        if (stdlib == 2) {
+            u = (double)(y >> 8) / 16777216.0;
+        } else {
+            u = (double)(float)y * 0x1p-32;  // float(g0) / 2^32, exact in double
+            if (u >= 1.0 && stdlib == 0) u = (double)std::nextafter(1.0f, 0.0f);
+        }
+        const bool accept = p[i] > 0.0 && (q[i] <= 0.0 || p[i] >= q[i] || u < p[i] / q[i]);
+        if (!accept) return i;
+    }
+    return n;
+}
+
 SparseRowInfo sparse_row(const int32_t *ids, const float *p, size_t n, size_t V, int64_t tok) {
     SparseRowInfo r{0.0, 0, false, 0, false, 0.0f};
     for (size_t i = 0; i < n; ++i) {

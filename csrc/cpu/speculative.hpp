@@ -53,4 +53,11 @@ struct SparseRowInfo {
 };
 SparseRowInfo sparse_row(const int32_t *ids, const float *p, size_t n, size_t V, int64_t tok);
 
+// The accept tests of one step, given the next raw mt19937 state words (untempered, as the engine
+// stores them; one per examined draft): draft i is accepted iff p[i] > 0 and (q[i] <= 0 or
+// p[i] >= q[i] or u < p[i] / q[i]) with u the stdlib's uniform_real_distribution<float> of word i
+// (stdlib: 0 libstdc++, 1 libc++, 2 c++26). Returns how many drafts were accepted (= examined - 1
+// when one is rejected); examined = min(accepted + 1, n).
+size_t accept_run(const double *p, const double *q, const uint32_t *raw, size_t n, int stdlib);
+
 }  // namespace lmt::spec

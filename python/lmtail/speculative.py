@@ -264,6 +264,7 @@ class _Scratch(threading.local):
 
 
 _TLS = _Scratch()
+_STDLIB_CODE = {"libstdc++": 0, "libc++": 1, "c++26": 2}
 
 
 def _scratch(n: int) -> tuple:
@@ -424,18 +425,36 @@ def _verify(toks, Q, P, orders, rng: Mt19937, stdlib: str, V: int) -> Decision:
     start = rng.consumed
     logps: list = []
     n = len(toks)
-    p_at = P.pt if isinstance(P, _BatchRows) else [P[i].prob(x) for i, x in enumerate(toks)]
-    q_at = Q.pt if isinstance(Q, _BatchRows) else [1.0 if Q[i] is None else Q[i].prob(x) for i, x in enumerate(toks)]
+    p_at = P.pt[:n] if isinstance(P, _BatchRows) else [P[i].prob(x) for i, x in enumerate(toks)]
+    q_at = Q.pt[:n] if isinstance(Q, _BatchRows) else [1.0 if Q[i] is None else Q[i].prob(x) for i, x in enumerate(toks)]
     draw_float = rng.uniform_float_value
     log = math.log
-    for i in range(n):
-        p, q = p_at[i], q_at[i]
-        u = draw_float(stdlib)  # one output per examined draft, always
-        # Accept: never a token the target cannot produce (p = 0); always when the ratio is >= 1
-        # (q(x) = 0 means the draft could not have sampled x); else with probability p/q.
-        if p > 0.0 and (q <= 0.0 or p >= q or u < p / q):
-            logps.append(log(p))
-            continue
+    i0 = rng._idx
+    rejected = -1
+    if n and i0 + n <= len(rng._mt):
+        # The next n engine outputs are the state words [i0, i0 + n) (no twist falls inside): the
+        # accept tests run in C++ on them (the same rule as below), and the engine advances by the
+        # outputs examined.
+        acc = int(_core.spec_accept_run(p_at, q_at, rng._mt[i0:i0 + n], _STDLIB_CODE[stdlib]))
+        examined = min(acc + 1, n)
+        rng._idx += examined
+        rng.consumed += examined
+        logps = [log(p_at[j]) for j in range(acc)]
+        if acc < n:
+            rejected = acc
+    else:
+        for i in range(n):
+            p, q = p_at[i], q_at[i]
+            u = draw_float(stdlib)  # one output per examined draft, always
+            # Accept: never a token the target cannot produce (p = 0); always when the ratio is
+            # >= 1 (q(x) = 0 means the draft could not have sampled x); else with probability p/q.
+            if p > 0.0 and (q <= 0.0 or p >= q or u < p / q):
+                logps.append(log(p))
+                continue
+            rejected = i
+            break
+    if rejected >= 0:
+        i = rejected
         x = toks[i]
         Pi, Qi = P[i], Q[i]
         order = _order(orders[i], Pi, f"target_orders[{i}]")
