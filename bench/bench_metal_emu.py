@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import median_time  # noqa: E402
+
 import lmtail
 from lmtail import ops
-
-
-def timed(fn, reps: int) -> float:
-    fn()  # warm-up (pipelines, buffers)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main() -> int:
@@ -54,8 +45,8 @@ def main() -> int:
     print(f"# bench_metal_emu: {a.rows} x {a.cols} Q5_K, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
     print(f"{'op':36s} {'cpu ms':>9s} {'metal-emu ms':>13s} {'emu/cpu':>8s}")
     for name, fn in cases.items():
-        t_cpu = timed(lambda: fn("cpu"), a.reps)
-        t_emu = timed(lambda: fn("metal-emu"), a.reps)
+        t_cpu = median_time(lambda: fn("cpu"), a.reps, warmup=1)
+        t_emu = median_time(lambda: fn("metal-emu"), a.reps, warmup=1)
         print(f"{name:36s} {t_cpu * 1e3:9.3f} {t_emu * 1e3:13.1f} {t_emu / t_cpu:8.0f}")
     return 0
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
-import time
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import median_time  # noqa: E402
 
 from lmtail.sampling import Mt19937, common_chain, topk_needed
 from lmtail.speculative import verify
@@ -59,15 +61,6 @@ def numpy_verify(draft, Q, P, rng: np.random.Generator):
     ids, pp = last if isinstance(last, tuple) else (np.arange(len(last)), last)
     c = np.cumsum(pp, dtype=np.float64)
     return len(draft), int(ids[min(np.searchsorted(c, rng.random() * c[-1]), len(c) - 1)])
-
-
-def timed(fn, reps):
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def main() -> int:
@@ -110,8 +103,8 @@ def main() -> int:
     for name, (ours, anchor) in cases.items():
         res = {}
         for who, fn in (("lmtail", ours), ("numpy", anchor)):
-            t0 = timed(lambda: fn(0), args.reps)
-            tn = timed(lambda: fn(N_DRAFT), args.reps)
+            t0 = median_time(lambda: fn(0), args.reps)
+            tn = median_time(lambda: fn(N_DRAFT), args.reps)
             res[who] = (tn - t0) / N_DRAFT * 1e6
         goal = 150 if name == "full rows" else 5
         print(f"{'per draft row, ' + name:28s} {res['lmtail']:10.1f} {res['numpy']:10.1f} "
@@ -138,7 +131,7 @@ def main() -> int:
         ("residual draw, top-k rows", lambda: ours_draw(Ps, Qs, Ps.ids),
          lambda: numpy_draw(SP[0][1], qs_dense[SP[0][0]]), 150),
     ):
-        t_o, t_n = timed(ours, args.reps) * 1e6, timed(anchor, args.reps) * 1e6
+        t_o, t_n = median_time(ours, args.reps) * 1e6, median_time(anchor, args.reps) * 1e6
         print(f"{name:28s} {t_o:10.1f} {t_n:10.1f} {t_o / t_n:7.3f} {goal:8d} {'ok' if t_o <= goal else 'MISS'}")
     for name, ours, anchor in (
         ("step: reject 1st, full rows", lambda: verify([17], Q[:1], rej[:2], None, rng),
@@ -146,7 +139,7 @@ def main() -> int:
         ("step: 4 accepted + bonus", lambda: verify(acc_draft, Q, P, None, rng),
          lambda: numpy_verify(acc_draft, Q, P, nrng)),
     ):
-        t_o, t_n = timed(ours, args.reps) * 1e6, timed(anchor, args.reps) * 1e6
+        t_o, t_n = median_time(ours, args.reps) * 1e6, median_time(anchor, args.reps) * 1e6
         print(f"{name:28s} {t_o:10.1f} {t_n:10.1f} {t_o / t_n:7.3f}   (whole step, row checks included)")
     print("bytes read back per verified token: full row "
           f"{4 * V} B, greedy 4 B, top-k (k+1={k}) {8 * k} B")

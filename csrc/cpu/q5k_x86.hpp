@@ -19,7 +19,7 @@ namespace {
 // neighbouring byte's bit into bit 4, so no per-byte compare is needed (9 ops per group, was 11;
 // measured 0.62 -> see DESIGN.md).
 template <int G>
-static inline void q5k_unpack_group(const __m256i ql, const __m256i qh, uint8_t *q) {
+static inline void q5k_split_group(const __m256i ql, const __m256i qh, __m256i &lo, __m256i &hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     constexpr int s_lo = 4 - 2 * G, s_hi = 3 - 2 * G;  // left shift if > 0, right if < 0
@@ -29,8 +29,14 @@ static inline void q5k_unpack_group(const __m256i ql, const __m256i qh, uint8_t 
     else b_lo = qh;
     if constexpr (s_hi > 0) b_hi = _mm256_slli_epi16(qh, s_hi);
     else b_hi = _mm256_srli_epi16(qh, -s_hi);
-    const __m256i lo = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(b_lo, bit4));
-    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(b_hi, bit4));
+    lo = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(b_lo, bit4));
+    hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(b_hi, bit4));
+}
+
+template <int G>
+static inline void q5k_unpack_group(const __m256i ql, const __m256i qh, uint8_t *q) {
+    __m256i lo, hi;
+    q5k_split_group<G>(ql, qh, lo, hi);
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * G), lo);
     _mm256_storeu_si256(reinterpret_cast<__m256i *>(q + 64 * G + 32), hi);
 }
@@ -119,18 +125,7 @@ struct RowScratch {
 //   activation row 4 madd + 4 add (ggml's q8_K kernel: about 21 in all).
 template <int G>
 static inline void i16_unpack_group(const uint8_t *qs, __m256i qh, __m256i &lo, __m256i &hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i bit4 = _mm256_set1_epi8(0x10);
-    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * G));
-    constexpr int s_lo = 4 - 2 * G, s_hi = 3 - 2 * G;  // as q5k_unpack_group: no carry into bit 4
-    __m256i b_lo, b_hi;
-    if constexpr (s_lo > 0) b_lo = _mm256_slli_epi16(qh, s_lo);
-    else if constexpr (s_lo < 0) b_lo = _mm256_srli_epi16(qh, -s_lo);
-    else b_lo = qh;
-    if constexpr (s_hi > 0) b_hi = _mm256_slli_epi16(qh, s_hi);
-    else b_hi = _mm256_srli_epi16(qh, -s_hi);
-    lo = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(b_lo, bit4));
-    hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(b_hi, bit4));
+    q5k_split_group<G>(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * G)), qh, lo, hi);
 }
 
 template <int G, int TG>
