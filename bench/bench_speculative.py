@@ -29,7 +29,7 @@ from lmtail.sampling import Mt19937, common_chain, topk_needed
 from lmtail.speculative import verify
 
 V = 202048
-N_DRAFT = 4
+N_DRAFT = 8  # more rows per step: the per-row figure is a difference of two step times
 
 
 def softmax_rows(x):
@@ -54,7 +54,12 @@ def numpy_verify(draft, Q, P, rng: np.random.Generator):
             qq = np.array([prob(Q[i], t) for t in ids])
             r = np.maximum(pp - qq, 0)
         else:
-            ids, r = np.arange(len(P[i])), np.maximum(P[i] - Q[i], 0)
+            q = Q[i]
+            if isinstance(q, tuple):  # candidate draft row against a full target row
+                qd = np.zeros(len(P[i]), np.float32)
+                qd[q[0]] = q[1]
+                q = qd
+            ids, r = np.arange(len(P[i])), np.maximum(P[i] - q, 0)
         c = np.cumsum(r, dtype=np.float64)
         return i, int(ids[min(np.searchsorted(c, rng.random() * c[-1]), len(c) - 1)])
     last = P[len(draft)]
@@ -89,6 +94,9 @@ def main() -> int:
     SR[0][1][SP[0][0] == s_acc[0]] = 0.0
     SR[0] = (SR[0][0], (SR[0][1] / SR[0][1].sum()).astype(np.float32))
 
+    # draft candidates over the target's own top k (so p(x) > 0), with mass p/q >= 1 at the draft
+    SQF = [(SP[i][0], SP[i][1]) for i in range(N_DRAFT)]
+    fq_acc = [int(SP[i][0][np.argmax(P[i][SP[i][0]] / SP[i][1])]) for i in range(N_DRAFT)]
     rng = Mt19937(1)
     nrng = np.random.default_rng(1)
     cases = {
@@ -96,6 +104,9 @@ def main() -> int:
                         lambda n: numpy_verify(acc_draft[:n], Q[:n], P[: n + 1], nrng)),
         "top-k rows":  (lambda n: verify(s_acc[:n], SQ[:n], SP[: n + 1], None, rng, n_vocab=V),
                         lambda n: numpy_verify(s_acc[:n], SQ[:n], SP[: n + 1], nrng)),
+        # a full target row against a candidate draft row (a draft model's top k): one row read
+        "full p, top-k q": (lambda n: verify(fq_acc[:n], SQF[:n], P[: n + 1], None, rng),
+                            lambda n: numpy_verify(fq_acc[:n], SQF[:n], P[: n + 1], nrng)),
     }
     print(f"# bench_speculative: V={V}, n={N_DRAFT} drafts, k+1={k}; {platform.processor() or platform.machine()}, "
           f"load {os.getloadavg()[0]:.2f}")
@@ -106,7 +117,7 @@ def main() -> int:
             t0 = median_time(lambda: fn(0), args.reps)
             tn = median_time(lambda: fn(N_DRAFT), args.reps)
             res[who] = (tn - t0) / N_DRAFT * 1e6
-        goal = 150 if name == "full rows" else 5
+        goal = 5 if name == "top-k rows" else 150
         print(f"{'per draft row, ' + name:28s} {res['lmtail']:10.1f} {res['numpy']:10.1f} "
               f"{res['lmtail'] / res['numpy']:7.3f} {goal:8d} {'ok' if res['lmtail'] <= goal else 'MISS'}")
     # The residual draw alone (weights max(p - q, 0) along the order + the selection walk), on
@@ -136,7 +147,7 @@ def main() -> int:
     for name, ours, anchor in (
         ("step: reject 1st, full rows", lambda: verify([17], Q[:1], rej[:2], None, rng),
          lambda: numpy_verify([17], Q[:1], rej[:2], nrng)),
-        ("step: 4 accepted + bonus", lambda: verify(acc_draft, Q, P, None, rng),
+        ("step: n accepted + bonus", lambda: verify(acc_draft, Q, P, None, rng),
          lambda: numpy_verify(acc_draft, Q, P, nrng)),
     ):
         t_o, t_n = median_time(ours, args.reps) * 1e6, median_time(anchor, args.reps) * 1e6

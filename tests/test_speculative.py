@@ -563,3 +563,30 @@ def test_replay_across_engine_twists(stdlib):
             y = _pick(P[3], ref.uniform_double(stdlib))
         assert d.next_token == y, step
         assert r == ref and r.consumed == ref.consumed
+
+
+def test_candidate_draft_rows_against_full_target_rows():
+    # A draft model's top k against the target's full rows equals the same q spread densely,
+    # including the residual draw and a given order (dense p, sparse q paths).
+    V = 5000
+    g = np.random.default_rng(8)
+    P = skewed(g, 3, V)
+    dense_q, sparse_q = [], []
+    for i in range(2):
+        ids = g.choice(V, 41, replace=False).astype(np.int32)
+        q = (g.random(41) ** 2).astype(np.float32)
+        q = (q / q.sum()).astype(np.float32)
+        row = np.zeros(V, np.float32)
+        row[ids] = q
+        dense_q.append(row)
+        sparse_q.append((ids, q))
+    orders = [np.argsort(-P[i], kind="stable").astype(np.int32) for i in range(3)]
+    seen = set()
+    for seed in range(300):
+        x = [int(sparse_q[0][0][seed % 41]), int(sparse_q[1][0][(7 * seed) % 41])]
+        for order in (None, orders):
+            a = verify(x, np.stack(dense_q), P, order, Mt19937(seed))
+            b = verify(x, sparse_q, P, order, Mt19937(seed))
+            assert a == b
+            seen.add(a.accepted)
+    assert seen == {0, 1, 2}

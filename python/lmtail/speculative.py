@@ -298,16 +298,27 @@ def _residual_weights(p: _Row, q: Optional[_Row], order: Optional[np.ndarray], w
 
     ``order`` None: ascending ids over the whole vocabulary. Raises unless the order lists every
     token of positive weight (a missing one would silently be impossible to draw)."""
-    if p.dense is not None and (q is None or q.dense is not None):
+    if p.dense is not None:
         w, blocks = _scratch(n_vocab if order is None else len(order))
         qd = None if q is None else q.dense
+        if q is not None and qd is None:
+            # A candidate draft row against a full target row: spread q into a retained zero row
+            # (cleared again below) and take the dense kernel path.
+            qd = _TLS.d.get("qzero")
+            if qd is None or len(qd) != n_vocab:
+                qd = np.zeros(n_vocab, np.float32)
+                _TLS.d["qzero"] = qd
+            qd[q.ids] = q.p
         try:
             n = int(_core.spec_residual_weights(p.dense, qd, order, w, blocks))
+            support = n if order is None else int(_core.spec_residual_support(p.dense, qd))
         except ValueError as e:  # lmt::ArgumentError surfaces as ValueError
             raise ParameterError(f"{what}: {e}") from None
+        finally:
+            if q is not None and q.dense is None and qd is not None:
+                qd[q.ids] = 0.0
         w = w[: n_vocab if order is None else len(order)]
         _TLS.d["valid_blocks"] = (w, blocks)
-        support = n if order is None else int(_core.spec_residual_support(p.dense, qd))
     elif p.dense is None and (order is None or order is p.ids):
         # Candidate rows in their own order (the top-k route's common case): the ids were checked
         # when the row was, and the residual's support is the order itself.
@@ -326,15 +337,8 @@ def _residual_weights(p: _Row, q: Optional[_Row], order: Optional[np.ndarray], w
         d = pw if q is None else np.float32(pw - q.probs_at(order))
         w = np.ascontiguousarray(np.maximum(d, np.float32(0.0)), dtype=np.float32)
         n = int(np.count_nonzero(w > 0))
-        if p.dense is not None:
-            support = int(_core.spec_residual_support(p.dense, None))
-            if q is not None:  # sparse q: only its listed tokens change sign
-                before = p.dense[q.ids] > 0
-                after = np.float32(p.dense[q.ids] - q.p) > 0
-                support += int(np.count_nonzero(after)) - int(np.count_nonzero(before))
-        else:
-            pq = p.p if q is None else np.float32(p.p - q.probs_at(p.ids))
-            support = int(np.count_nonzero(pq > 0))
+        pq = p.p if q is None else np.float32(p.p - q.probs_at(p.ids))
+        support = int(np.count_nonzero(pq > 0))
     if n != support:
         raise ParameterError(f"{what}: the order lists {n} of the {support} tokens with positive "
                              f"{'probability' if q is None else 'residual'}; it must cover them all")
