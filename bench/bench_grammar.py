@@ -35,9 +35,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from oracle._lib import llama_sdist  # noqa: E402
+from oracle._lib import vocab_gguf as _path  # noqa: E402
 
 SDIST = llama_sdist() / "vendor" / "llama.cpp"
-SHARED = REPO.parent / "shared" / "vocab"
 
 RECORDS = [
     {"id": i, "name": n, "score": s, "tags": t, "active": a, "note": None}
@@ -50,12 +50,6 @@ RECORDS = [
 DOC = json.dumps({"results": RECORDS, "count": len(RECORDS), "ok": True}, ensure_ascii=False, indent=1)
 
 
-def _path(name: str) -> Path | None:
-    for d in (SHARED, SDIST / "models"):
-        p = d / f"ggml-vocab-{name}.gguf"
-        if p.exists():
-            return p
-    return None
 
 
 def _stats(xs, scale=1e3):

@@ -3,7 +3,6 @@ full masks at every step along a token stream that fires the trigger mid-text.""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,20 +11,12 @@ from lmtail.errors import GrammarError, ParameterError
 from lmtail.grammar import Grammar, Vocab
 from lmtail.grammar.lazy import LazyGrammarMatcher, words_pattern
 
-from oracle._lib import llama_sdist
+from oracle._lib import vocab_gguf as _path
 
-SDIST = llama_sdist() / "vendor" / "llama.cpp"
-SHARED_VOCAB = Path(__file__).resolve().parents[2] / "shared" / "vocab"
 GRAMMAR = 'root ::= "<tool>" [a-z ]+ "</tool>" [ \\n]*'
 TEXT = "Hello there, I will call it. <tool>call me maybe</tool>\n"
 
 
-def _path(name):
-    for d in (SHARED_VOCAB, SDIST / "models"):
-        p = d / f"ggml-vocab-{name}.gguf"
-        if p.exists():
-            return p
-    return None
 
 
 _V: dict = {}

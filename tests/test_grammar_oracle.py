@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from lmtail.grammar import Grammar, GrammarMatcher, Vocab
 
-from oracle._lib import llama_sdist
+from oracle._lib import SHARED_VOCAB, llama_sdist
+from oracle._lib import vocab_gguf as _path
 
 SDIST = llama_sdist() / "vendor" / "llama.cpp"
-SHARED_VOCAB = Path(__file__).resolve().parents[2] / "shared" / "vocab"
 
 DOCS = {
     "json": '{"name": "lmtail", "tags": ["a", "b\\u00e9\\n"], "n": -12.5e+3, "ok": true, "x": null, '
@@ -61,12 +60,6 @@ if os.environ.get("LMTAIL_GRAMMAR_ALL_VOCABS"):  # every other vocabulary type i
         PLAN[_n] = (["json", "japanese", "list", "c"], 6, (9,))
 
 
-def _path(name: str) -> Path | None:
-    for d in (SHARED_VOCAB, SDIST / "models"):
-        p = d / f"ggml-vocab-{name}.gguf"
-        if p.exists():
-            return p
-    return None
 
 
 def _grammar(name: str) -> str | None:

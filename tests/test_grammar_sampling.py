@@ -11,7 +11,6 @@ exercised.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,18 +18,10 @@ import pytest
 from lmtail.grammar import Grammar, GrammarMatcher, Vocab
 from lmtail.grammar.sampling import common_sample
 
-from oracle._lib import llama_sdist
-
-SDIST = llama_sdist() / "vendor" / "llama.cpp"
-SHARED_VOCAB = Path(__file__).resolve().parents[2] / "shared" / "vocab"
+from oracle._lib import vocab_gguf as _path
 
 
-def _path(name):
-    for d in (SHARED_VOCAB, SDIST / "models"):
-        p = d / f"ggml-vocab-{name}.gguf"
-        if p.exists():
-            return p
-    return None
+
 
 
 GRAMMAR = 'root ::= "{" ws "\\"" [a-z]{1,8} "\\":" ws ( [0-9]+ | "true" | "\\"" [a-zA-Z ]* "\\"" ) ws "}"\nws ::= " "?'

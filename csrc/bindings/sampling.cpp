@@ -303,19 +303,6 @@ void bind_sampling(py::module_ &m) {
               return lmt::spec::blocked_select(ww, n, u, bb);
           },
           py::arg("w"), py::arg("n"), py::arg("u"), py::arg("blocks") = py::none());
-    m.def("spec_sparse_row",
-          [](py::array ids, py::array p, size_t V, int64_t tok) {
-              const int32_t *ii = vec_of<int32_t>(ids, "ids");
-              const float *pp = vec_of<float>(p, "probs");
-              if (ids.shape(0) != p.shape(0)) throw lmt::ArgumentError("ids and probs: expected one length");
-              lmt::spec::SparseRowInfo r;
-              {
-                  py::gil_scoped_release nogil;
-                  r = lmt::spec::sparse_row(ii, pp, (size_t)ids.shape(0), V, tok);
-              }
-              return py::make_tuple(r.sum, r.n_bad, r.found_bad, r.bad_id, r.repeated, r.p_tok);
-          },
-          py::arg("ids"), py::arg("probs"), py::arg("n_vocab"), py::arg("tok"));
     // Every sparse row of one verify step in one call (the top-k route's per-row cost is Python
     // overhead otherwise): rows is a sequence of (ids int32, probs float32) pairs, toks[i] the
     // token to look up in row i (-1: none). Returns (sums, p_tok, error) with error None or

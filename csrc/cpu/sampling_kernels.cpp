@@ -285,12 +285,11 @@ void exp_shifted(TokenData *d, size_t n, float mx) {
     });
 }
 
-}  // namespace
-
-void softmax(TokenData *d, size_t n, bool sorted) {
-    if (n == 0) return;
-    const float mx = sorted ? d[0].logit : scan_max(d, n);
-    float sum = 0.0f;  // float, sequential, array order
+// exp_shifted, returning the sum of the p in array order in Acc (softmax: float, dist: double, as
+// llama.cpp accumulates each); the sum stays sequential whatever the thread count.
+template <typename Acc>
+Acc exp_shifted_sum(TokenData *d, size_t n, float mx) {
+    Acc sum = 0;
     if (split(n)) {
         exp_shifted(d, n, mx);
         for (size_t i = 0; i < n; ++i) sum += d[i].p;
@@ -301,6 +300,15 @@ void softmax(TokenData *d, size_t n, bool sorted) {
             sum += p;
         }
     }
+    return sum;
+}
+
+}  // namespace
+
+void softmax(TokenData *d, size_t n, bool sorted) {
+    if (n == 0) return;
+    const float mx = sorted ? d[0].logit : scan_max(d, n);
+    const float sum = exp_shifted_sum<float>(d, n, mx);  // float, sequential, array order
     for_chunks(n, [d, sum](size_t b, size_t e) {
         for (size_t i = b; i < e; ++i) d[i].p /= sum;
     });
@@ -308,17 +316,7 @@ void softmax(TokenData *d, size_t n, bool sorted) {
 
 int64_t dist(TokenData *d, size_t n, bool sorted, double u) {
     const float mx = sorted ? d[0].logit : scan_max(d, n);
-    double sum = 0.0;  // double, sequential, array order
-    if (split(n)) {
-        exp_shifted(d, n, mx);
-        for (size_t i = 0; i < n; ++i) sum += d[i].p;
-    } else {
-        for (size_t i = 0; i < n; ++i) {
-            const float p = expf(d[i].logit - mx);
-            d[i].p = p;
-            sum += p;
-        }
-    }
+    const double sum = exp_shifted_sum<double>(d, n, mx);  // double, sequential, array order
     // The running sum uses the unnormalised p (llama.cpp normalises each p after adding it).
     const double target = sum * u;
     double run = 0.0;

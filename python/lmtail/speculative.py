@@ -106,14 +106,42 @@ def _float_row(a, what: str) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def _nonfinite_error(what: str, p: np.ndarray) -> ParameterError:
+    i = int(np.flatnonzero(~(np.isfinite(p) & (p >= 0)))[0])
+    return ParameterError(f"{what}: probabilities must be finite and >= 0; found {p[i]} at index {i}")
+
+
+def _sum_error(what: str, total: float) -> ParameterError:
+    return ParameterError(f"{what}: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum "
+                          f"{total:.6g} -- pass the chain's probabilities, not logits")
+
+
 def _check_probs(p: np.ndarray, what: str) -> None:
     total, bad = _core.spec_row_stats(p)
     if bad:
-        i = int(np.flatnonzero(~(np.isfinite(p) & (p >= 0)))[0])
-        raise ParameterError(f"{what}: probabilities must be finite and >= 0; found {p[i]} at index {i}")
+        raise _nonfinite_error(what, p)
     if not abs(total - 1.0) <= PROB_SUM_TOLERANCE:
-        raise ParameterError(f"{what}: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum {total:.6g}"
-                             " -- pass the chain's probabilities, not logits")
+        raise _sum_error(what, total)
+
+
+def _check_sparse(rows, label, n_vocab: int, toks: Sequence[int]) -> Optional[list]:
+    """Checks (ids int32, probs float32) rows in one C++ call; returns p at each row's token, or
+    None when a row is not in that layout (C-contiguous int32 / float32 pairs). ``label(i)`` names
+    row i in errors."""
+    try:
+        sums, ptok, err = _core.spec_sparse_rows(rows, n_vocab, list(toks))
+    except ValueError:  # the binding's layout check
+        return None
+    if err is not None:
+        i, kind, v = err
+        if kind == "bad_prob":
+            raise _nonfinite_error(label(i), rows[i][1])
+        raise ParameterError(f"{label(i)}: token id {v} " +
+                             ("appears twice" if kind == "repeated" else f"is outside [0, {n_vocab})"))
+    bad = np.flatnonzero(~(np.abs(sums - 1.0) <= PROB_SUM_TOLERANCE))
+    if len(bad):
+        raise _sum_error(label(int(bad[0])), float(sums[int(bad[0])]))
+    return ptok.tolist()
 
 
 def _row(x, what: str, n_vocab: Optional[int], tok: int = -1) -> _Row:
@@ -135,17 +163,9 @@ def _row(x, what: str, n_vocab: Optional[int], tok: int = -1) -> _Row:
             p = _float_row(p, f"{what} probs")
         if p.ndim != 1 or ids.ndim != 1 or p.shape != ids.shape:
             raise ShapeError(f"{what}: ids and probs must have one length; found {ids.shape} and {p.shape}")
-        total, bad, found_bad, bad_id, repeated, ptok = _core.spec_sparse_row(ids, p, n_vocab, tok)
-        if found_bad:
-            raise ParameterError(f"{what}: token id {bad_id} " +
-                                 ("appears twice" if repeated else f"is outside [0, {n_vocab})"))
-        if bad:
-            i = int(np.flatnonzero(~(np.isfinite(p) & (p >= 0)))[0])
-            raise ParameterError(f"{what}: probabilities must be finite and >= 0; found {p[i]} at index {i}")
-        if not abs(total - 1.0) <= PROB_SUM_TOLERANCE:
-            raise ParameterError(f"{what}: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum "
-                                 f"{total:.6g} -- pass the chain's probabilities, not logits")
-        return _Row(ids=ids, p=p, tok=tok, ptok=float(ptok))
+        pt = _check_sparse([(ids, p)], lambda i: what, n_vocab, [tok])
+        assert pt is not None  # converted to the kernel's layout above
+        return _Row(ids=ids, p=p, tok=tok, ptok=float(pt[0]))
     p = _float_row(x, what)
     if p.ndim != 1 or (n_vocab is not None and p.shape[0] != n_vocab):
         raise ShapeError(f"{what}: expected shape ({n_vocab},); found {p.shape}")
@@ -161,22 +181,10 @@ def _all_pairs(x) -> bool:
 def _sparse_rows_batch(x, what: str, n_vocab: int, toks: Sequence[int]):
     """Candidate rows already in the kernel's layout, checked in one C++ call (the top-k route:
     per-row Python overhead is what the per-row time would otherwise be made of)."""
-    try:
-        sums, ptok, err = _core.spec_sparse_rows(x, n_vocab, list(toks))
-    except ValueError:  # not int32 / float32 C-contiguous pairs: the per-row path converts them
+    pt = _check_sparse(x, lambda i: f"{what}[{i}]", n_vocab, toks)
+    if pt is None:  # not the kernel's layout: the per-row path converts each row
         return [_row(r, f"{what}[{i}]", n_vocab, toks[i] if i < len(toks) else -1) for i, r in enumerate(x)]
-    if err is not None:
-        i, kind, v = err
-        if kind == "bad_prob":
-            raise ParameterError(f"{what}[{i}]: probabilities must be finite and >= 0; found {x[i][1][v]} at index {v}")
-        raise ParameterError(f"{what}[{i}]: token id {v} " +
-                             ("appears twice" if kind == "repeated" else f"is outside [0, {n_vocab})"))
-    bad = np.flatnonzero(~(np.abs(sums - 1.0) <= PROB_SUM_TOLERANCE))
-    if len(bad):
-        i = int(bad[0])
-        raise ParameterError(f"{what}[{i}]: probabilities must sum to 1 (within {PROB_SUM_TOLERANCE}); found sum "
-                             f"{sums[i]:.6g} -- pass the chain's probabilities, not logits")
-    return _BatchRows(x, toks, ptok.tolist())
+    return _BatchRows(x, toks, pt)
 
 
 class _BatchRows:

@@ -68,6 +68,20 @@ def llama_sdist() -> Path:
     return repo / ".oracle-src" / f"llama_cpp_python-{ORACLE_VERSION}"
 
 
+# The vocab-only GGUF files of ../shared (present in this workplace and its CI, not in a user's
+# clone) and of the sdist's models/ folder.
+SHARED_VOCAB = Path(__file__).resolve().parents[3] / "shared" / "vocab"
+
+
+def vocab_gguf(name: str) -> Path | None:
+    """``ggml-vocab-{name}.gguf`` from ../shared/vocab or the sdist's models/, None if neither has it."""
+    for d in (SHARED_VOCAB, llama_sdist() / "vendor" / "llama.cpp" / "models"):
+        p = d / f"ggml-vocab-{name}.gguf"
+        if p.exists():
+            return p
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def llama_cpp_module():
     """The oracle's Python package (llama_cpp), backend initialised once."""

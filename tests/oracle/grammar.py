@@ -89,18 +89,7 @@ def parse_ok(vocab_path, grammar: str | bytes, root: str = "root", timeout: floa
 
 def _pieces(path: str) -> list[bytes]:
     with Vocab(path) as v:
-        lc = v._lc
-        buf = ctypes.create_string_buffer(4096)
-        out = []
-        for t in range(v.n_tokens):
-            n = lc.llama_token_to_piece(v._vocab, t, buf, 4096, 0, True)
-            if n < 0:
-                big = ctypes.create_string_buffer(-n)
-                n = lc.llama_token_to_piece(v._vocab, t, big, -n, 0, True)
-                out.append(big.raw[:n])
-            else:
-                out.append(buf.raw[:n])
-        return out
+        return _pieces_inproc(v)
 
 
 def pieces(vocab_path) -> list[bytes]:
@@ -203,12 +192,19 @@ def mask_streams(vocab_path, jobs, timeout: float = 300.0):
 
 
 def _pieces_inproc(v: Vocab) -> list[bytes]:
+    """``llama_token_to_piece(vocab, t, special=true, lstrip=0)`` for every token (a piece longer
+    than the 4 KiB buffer is read again into one of its size)."""
     lc = v._lc
     buf = ctypes.create_string_buffer(4096)
     out = []
     for t in range(v.n_tokens):
         n = lc.llama_token_to_piece(v._vocab, t, buf, 4096, 0, True)
-        out.append(buf.raw[: max(n, 0)])
+        if n < 0:
+            big = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(v._vocab, t, big, -n, 0, True)
+            out.append(big.raw[:n])
+        else:
+            out.append(buf.raw[:n])
     return out
 
 
@@ -230,22 +226,7 @@ def parse_ok_many(vocab_path, grammars, root: str = "root", timeout: float = 60.
 
 def _pieces_and_eog(path: str):
     with Vocab(path) as v:
-        return _pieces_inproc_full(v), v.eog_ids()
-
-
-def _pieces_inproc_full(v: Vocab) -> list[bytes]:
-    lc = v._lc
-    buf = ctypes.create_string_buffer(4096)
-    out = []
-    for t in range(v.n_tokens):
-        n = lc.llama_token_to_piece(v._vocab, t, buf, 4096, 0, True)
-        if n < 0:
-            big = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(v._vocab, t, big, -n, 0, True)
-            out.append(big.raw[:n])
-        else:
-            out.append(buf.raw[:n])
-    return out
+        return _pieces_inproc(v), v.eog_ids()
 
 
 def pieces_and_eog(vocab_path) -> tuple[list[bytes], tuple[int, ...]]:

@@ -100,21 +100,20 @@ class _Parser:
             else:
                 return pos
 
-    def name(self, pos: int) -> int:
+    def _span(self, pos: int, chars, what: str) -> int:
+        """End of the non-empty run of ``chars`` at pos (llama.cpp's parse_name / parse_int)."""
         s, start = self.s, pos
-        while s[pos] in _WORD:
+        while s[pos] in chars:
             pos += 1
         if pos == start:
-            raise _Fail(f"expecting name at {self.rest(start)!r}", start)
+            raise _Fail(f"expecting {what} at {self.rest(start)!r}", start)
         return pos
 
+    def name(self, pos: int) -> int:
+        return self._span(pos, _WORD, "name")
+
     def integer(self, pos: int) -> int:
-        s, start = self.s, pos
-        while s[pos] in _DIGIT:
-            pos += 1
-        if pos == start:
-            raise _Fail(f"expecting integer at {self.rest(start)!r}", start)
-        return pos
+        return self._span(pos, _DIGIT, "integer")
 
     def hex(self, pos: int, size: int) -> tuple[int, int]:
         s, start, value = self.s, pos, 0

@@ -130,17 +130,14 @@ class Mt19937:
 
     def uniform_float(self, stdlib: str = "libstdc++") -> np.float32:
         """``uniform_real_distribution<float>(0, 1)``: one output, returned as float32."""
-        g0 = self()
-        if stdlib == "c++26":
-            return np.float32(g0 >> 8) / np.float32(16777216.0)
-        r = np.float32(g0) / np.float32(_TWO32)
-        if r >= np.float32(1.0) and stdlib == "libstdc++":
-            r = _ONE_BELOW_F32
-        return np.float32(r)
+        return np.float32(self.uniform_float_value(stdlib))
 
     def uniform_float_value(self, stdlib: str = "libstdc++") -> float:
-        """``uniform_float`` as a Python float (the same float32 value, exactly; ~10x cheaper than
-        numpy scalar arithmetic, for per-token loops)."""
+        """``uniform_float``'s value as a Python float (a float32 value, exactly): the float draw
+        without numpy scalar arithmetic, ~10x cheaper in per-token loops.
+
+        libstdc++ / libc++: ``float(g0) / 2**32`` (g0 rounded to float32 first, as the C++ does),
+        libstdc++ clamping a result of 1 to ``nextafter(1, 0)``; c++26: ``floor(g0 / 2**8) / 2**24``."""
         g0 = self()
         if stdlib == "c++26":
             return (g0 >> 8) / 16777216.0
