@@ -47,6 +47,33 @@ def test_selection_identical_on_identical_inputs(n):
         ops.greedy_argmax(x, backend="cuda")
 
 
+@pytest.mark.parametrize(
+    "rows,n,k",
+    [(3, 1, 1), (3, 5, 5), (3, 4097, 1), (3, 4097, 2048), (3, 8193, 300), (2, 202047, 41), (3, 202048, 1),
+     (3, 202048, 40), (2, 202048, 459), (2, 202048, 460), (2, 202048, 2048), (1030, 300, 5)],
+)
+def test_topk_range_identical(rows, n, k):
+    # The radix-select path (k up to 459 at n = 202048), the bitonic fallback above it, and more
+    # rows than one launch's arrival counters: ids and value bits equal the CPU's on distinct
+    # values, ties, and rows mixing NaN, +-inf and -0.0.
+    rng = np.random.default_rng(rows * 7 + n + k)
+    x = rng.standard_normal((rows, n)).astype(np.float32)
+    x[1::3] = np.round(x[1::3] * 4)
+    if rows > 2:
+        x[2::3, ::7] = np.nan
+        x[2::3, 1::11] = -0.0
+        x[2::3, 3::13] = np.inf
+        x[2::3, 5::17] = -np.inf
+    if rows > 2 and n > 2:  # a row whose k-th key is -inf or NaN (value byte 0 in the radix passes)
+        x[0, :] = np.nan
+        x[0, 1::3] = -np.inf
+        x[0, 2 : min(n, k // 2 + 1)] = 1.0
+    for _ in range(2):  # twice: the per-row arrival counters must be left at zero
+        ia, va = ops.topk(x, k)
+        ib, vb = ops.topk(x, k, backend="cuda")
+        assert np.array_equal(ia, ib) and np.array_equal(bits(va), bits(vb))
+
+
 def test_softcap_within_bound():
     x = (np.random.default_rng(1).standard_normal(202048) * 100).astype(np.float32)
     a = ops.softcap(x, 0.196116, 20.0)

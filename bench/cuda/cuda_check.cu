@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -47,6 +48,99 @@ static void time_it(const char *name, int reps, double bytes, F &&f) {
     std::printf("%-44s device %9.4f ms  host %9.4f ms", name, d, h);
     if (bytes > 0) std::printf("  %7.1f GB/s", bytes / (d * 1e-3) / 1e9);
     std::printf("\n");
+}
+
+// Top-k sweep against the CPU backend: awkward n, k across the supported range, several rows,
+// ties, signed zeros, infinities and NaN, misaligned rows; both the radix-select path (default)
+// and the bitonic fallback (LMTAIL_CUDA_TOPK=bitonic) must give the CPU's ids and value bits.
+static int check_topk_sweep(int n_max, bool small) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    const float nan = std::nanf(""), inf = INFINITY;
+    auto fill = [&](std::vector<float> &x, int pattern) {
+        for (size_t i = 0; i < x.size(); ++i) {
+            switch (pattern) {
+            case 0: x[i] = nd(rng); break;                                    // distinct values
+            case 1: x[i] = (float)((int)(rng() % 60) - 30); break;            // ties everywhere
+            case 2: x[i] = (rng() & 1) ? 0.0f : -0.0f; break;                  // one value, two zeros
+            case 3: {                                                          // specials among ties
+                const uint32_t r = rng() % 16;
+                x[i] = r == 0 ? nan : r == 1 ? inf : r == 2 ? -inf : r == 3 ? -0.0f : (float)((int)(rng() % 8) - 4);
+                break;
+            }
+            case 4: x[i] = (float)(rng() % 3); break;                          // three values
+            case 5: x[i] = (float)(i % 5000); break;                           // rising, top at the end
+            case 6: x[i] = nan; break;                                         // NaN only
+            case 7: x[i] = (rng() % 50 == 0) ? nd(rng) + 100.0f : nd(rng); break;  // a few outliers
+            default: x[i] = (rng() % 100 == 0) ? nd(rng) : (rng() & 1) ? -inf : nan; break;  // k-th is -inf/NaN
+            }
+        }
+    };
+    std::vector<int> ns = {1, 3, 4, 5, 31, 100, 4095, 4096, 4097, 8191, 8193, 65537, 202047, 202048};
+    std::vector<int> ks = small ? std::vector<int>{1, 2, 40, 41, 300, 2048} :
+                                  std::vector<int>{1, 2, 7, 40, 41, 64, 100, 255, 256, 300, 377, 512, 1000, 2048};
+    struct Case { int rows, n, k, pattern; bool misalign; };
+    std::vector<Case> cases;
+    int c = 0;
+    for (int n : ns) {
+        if (n > n_max) continue;
+        for (int k : ks)
+            if (k <= n) {
+                cases.push_back({2, n, k, c % 8, c % 5 == 3});
+                ++c;
+            }
+    }
+    for (int p = 0; p < 9; ++p) cases.push_back({1, std::min(n_max, 202048), 40, p, false});
+    for (Case e : {Case{2, 5, 5, 6, false}, Case{2, 33, 33, 6, false}, Case{2, 100, 100, 8, false},
+                   Case{2, 4097, 40, 8, true}, Case{2, 4097, 300, 8, false}})
+        cases.push_back(e);
+    if (!small) {
+        cases.push_back({1030, 300, 5, 1, false});   // more rows than one launch's arrival counters
+        cases.push_back({8, 202048, 40, 0, false});
+        cases.push_back({3, 202048, 300, 1, true});
+    }
+    int fails = 0, runs = 0;
+    for (const Case &cs : cases) {
+        std::vector<float> x((size_t)cs.rows * cs.n);
+        fill(x, cs.pattern);
+        std::vector<uint32_t> cids((size_t)cs.rows * cs.k), gids(cids.size());
+        std::vector<float> cvals(cids.size()), gvals(cids.size());
+        cpu::topk_rows(x.data(), cs.rows, cs.n, cs.k, cids.data(), cvals.data(), 1);
+        float *dx;
+        uint64_t *dscr;
+        uint32_t *di;
+        float *dv;
+        LMT_CUDA_CHECK(cudaMalloc(&dx, (x.size() + 4) * 4));
+        LMT_CUDA_CHECK(cudaMalloc(&dscr, cuda::topk_scratch_elems(cs.rows, cs.n, cs.k) * 8));
+        LMT_CUDA_CHECK(cudaMalloc(&di, cids.size() * 4));
+        LMT_CUDA_CHECK(cudaMalloc(&dv, cids.size() * 4));
+        float *xin = dx + (cs.misalign ? 1 : 0);
+        LMT_CUDA_CHECK(cudaMemcpy(xin, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        for (const char *path : {"radix", "bitonic"}) {
+            setenv("LMTAIL_CUDA_TOPK", path, 1);
+            for (int rep = 0; rep < 2; ++rep) {  // twice: the arrival counters must be reset
+                LMT_CUDA_CHECK(cudaMemset(di, 0xFF, cids.size() * 4));
+                cuda::launch_topk_rows(xin, cs.rows, cs.n, cs.k, dscr, di, dv, 0);
+                LMT_CUDA_CHECK(cudaMemcpy(gids.data(), di, gids.size() * 4, cudaMemcpyDeviceToHost));
+                LMT_CUDA_CHECK(cudaMemcpy(gvals.data(), dv, gvals.size() * 4, cudaMemcpyDeviceToHost));
+                ++runs;
+                if (gids != cids || std::memcmp(gvals.data(), cvals.data(), gvals.size() * 4) != 0) {
+                    size_t at = 0;
+                    while (at < gids.size() && gids[at] == cids[at]) ++at;
+                    std::printf("top-k MISMATCH (%s) rows %d n %d k %d pattern %d misalign %d: first diff at %zu\n",
+                                path, cs.rows, cs.n, cs.k, cs.pattern, (int)cs.misalign, at);
+                    ++fails;
+                }
+            }
+        }
+        unsetenv("LMTAIL_CUDA_TOPK");
+        cudaFree(dx);
+        cudaFree(dscr);
+        cudaFree(di);
+        cudaFree(dv);
+    }
+    std::printf("top-k sweep: %zu cases, %d runs, %s\n", cases.size(), runs, fails ? "MISMATCH" : "all identical to CPU");
+    return fails;
 }
 
 int main(int argc, char **argv) {
@@ -163,6 +257,7 @@ int main(int argc, char **argv) {
     cpu::topk_rows(ref_capped.data(), Tmax, rows, K, cids.data(), cvals.data());
     std::printf("top-%d: %s\n", K, gids == cids ? "identical to CPU" : "MISMATCH");
     fails += gids != cids;
+    fails += check_topk_sweep(rows, rows < 100000);
     // ties + NaN latch + exclusion on a crafted row
     {
         std::vector<float> row(rows, 0.0f);
@@ -203,6 +298,27 @@ int main(int argc, char **argv) {
     }
     time_it("argmax one row (2 phases)", reps, 0, [&] { cuda::launch_argmax_rows(dL, 1, rows, false, nullptr, dKey, dBad, dOut, st); });
     time_it("top-40 one row", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
+    setenv("LMTAIL_CUDA_TOPK", "bitonic", 1);
+    time_it("top-40 one row [bitonic, before]", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
+    unsetenv("LMTAIL_CUDA_TOPK");
+    time_it("top-40 8 rows", reps, 0, [&] { cuda::launch_topk_rows(dL, 8, rows, K, dTopScratch, dIds, dVals, st); });
+    {
+        uint64_t *dS;
+        uint32_t *dI;
+        float *dV;
+        LMT_CUDA_CHECK(cudaMalloc(&dS, cuda::topk_scratch_elems(1, rows, 2048) * 8));
+        LMT_CUDA_CHECK(cudaMalloc(&dI, 2048 * 4));
+        LMT_CUDA_CHECK(cudaMalloc(&dV, 2048 * 4));
+        for (int kk : {1, 8, 100, 256, 370, 512, 2048}) {
+            if (kk > rows) continue;
+            char name[64];
+            std::snprintf(name, sizeof name, "top-%d one row", kk);
+            time_it(name, reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, kk, dS, dI, dV, st); });
+        }
+        cudaFree(dS);
+        cudaFree(dI);
+        cudaFree(dV);
+    }
     time_it("soft cap four nodes one row", reps, 0, [&] { cuda::launch_softcap(dL, rows, s, cap, true, st); });
     // Whole greedy tail as a CUDA graph: norm, head, cap (4 nodes), argmax (2), 4-byte read-back.
     uint32_t *hOut;

@@ -466,9 +466,37 @@ int main(int argc, char **argv) {
     add("argmax one 202048 row [two phases, before]", measure(lst, [&] {
         lmt::cuda::launch_argmax_rows(dL, 1, kRows, false, nullptr, dKey, dBad, dOut, lst); }, lsync, reps), gam, 0);
     set_env("LMTAIL_CUDA_ARGMAX", "one");
-    add("top-40 one 202048 row", measure(lst, [&] {
-        lmt::cuda::launch_topk_rows(dL, 1, kRows, kK, dTop, dIds, dVals, lst); }, lsync, reps),
-        measure(gst, gsubmit(g_tk), gsync, reps), 0);
+    const Timing gtk = measure(gst, gsubmit(g_tk), gsync, reps);
+    add("top-40 one 202048 row [radix select, one launch]", measure(lst, [&] {
+        lmt::cuda::launch_topk_rows(dL, 1, kRows, kK, dTop, dIds, dVals, lst); }, lsync, reps), gtk, 0);
+    set_env("LMTAIL_CUDA_TOPK", "bitonic");
+    add("top-40 one 202048 row [bitonic chunks + merges, before]", measure(lst, [&] {
+        lmt::cuda::launch_topk_rows(dL, 1, kRows, kK, dTop, dIds, dVals, lst); }, lsync, reps), gtk, 0);
+    set_env("LMTAIL_CUDA_TOPK", "radix");
+
+    // Top-40 agreement on the same row: radix vs bitonic (identical ids and value bits), and the
+    // id set against ggml's top_k (which does not promise an order).
+    {
+        std::vector<uint32_t> ia(kK), ib(kK), va(kK), vb(kK);
+        lmt::cuda::launch_topk_rows(dL, 1, kRows, kK, dTop, dIds, dVals, lst);
+        lsync();
+        CK(cudaMemcpy(ia.data(), dIds, 4 * kK, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(va.data(), dVals, 4 * kK, cudaMemcpyDeviceToHost));
+        set_env("LMTAIL_CUDA_TOPK", "bitonic");
+        lmt::cuda::launch_topk_rows(dL, 1, kRows, kK, dTop, dIds, dVals, lst);
+        set_env("LMTAIL_CUDA_TOPK", "radix");
+        lsync();
+        CK(cudaMemcpy(ib.data(), dIds, 4 * kK, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(vb.data(), dVals, 4 * kK, cudaMemcpyDeviceToHost));
+        std::vector<int32_t> gg(kK);
+        ggml_backend_graph_compute(be, g_tk.gf);
+        ggml_backend_tensor_get(g_tk.out, gg.data(), 0, 4 * kK);
+        std::vector<int64_t> sa(ia.begin(), ia.end()), sg(gg.begin(), gg.end());
+        std::sort(sa.begin(), sa.end());
+        std::sort(sg.begin(), sg.end());
+        std::printf("top-40 one row: radix vs bitonic %s; id set vs ggml %s\n",
+                    ia == ib && va == vb ? "identical" : "DIFFERENT", sa == sg ? "(same)" : "(DIFFERENT)");
+    }
 
     // Selection agreement on the same row.
     {
