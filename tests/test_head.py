@@ -35,7 +35,7 @@ def test_properties_and_zero_copy():
     assert np.shares_memory(head.weight, q)
 
 
-@pytest.mark.parametrize("precision", [None, "f32", "i16"])
+@pytest.mark.parametrize("precision", [None, "f32", "i16", "i24"])
 @pytest.mark.parametrize("T", [1, 3, 8])
 def test_logits_equal_the_op_pipeline(T, precision):
     head, q, g = make_head(precision=precision)

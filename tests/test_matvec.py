@@ -10,7 +10,32 @@ from _util import bits, q5k_matrix, reference_matvec, slab, tiled_head
 # worst case of ~n*eps = 4e-4 relative to sum|w||x|; the 16-lane tree keeps chains to n/16
 # terms, whose worst case is 2.5e-5 + tree depth. Measured: ~4e-7 normwise.
 BOUND = 3e-5
-PRECISIONS = ["f32", "i16"]
+PRECISIONS = ["f32", "i16", "i24"]
+
+
+def i24_bound(q, x):
+    """Elementwise error bound of precision="i24" beyond the f32 BOUND. x is carried as
+    s*(a + b/255) per 256-block (s = max|x|/32767): at most s/510 per element, plus the f32
+    roundings of the two scales (2^-24 relative each; 2^-150 absolute when subnormal, covered by
+    the caller's 1e-30), times |w| (the dmin*m term uses the same represented x)."""
+    T, cols = x.shape
+    step = np.abs(x.astype(np.float64)).reshape(T, cols // 256, 256).max(axis=2) / 32767.0
+    e = np.repeat(step / 508, 256, axis=1) + np.abs(x.astype(np.float64)) * 2.0**-22
+    return (dequant_abs(q) @ e.T).T * (1 + 1e-6)
+
+
+def dequant_abs(q):
+    import gguf
+
+    w = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q5_K).astype(np.float64)
+    return np.abs(w).reshape(q.shape[0], -1)
+
+
+def extra_bound(q, x, precision):
+    """Elementwise bound of the activation representation error (0 for f32)."""
+    if precision == "f32":
+        return 0.0
+    return {"i16": i16_bound, "i24": i24_bound}[precision](q, x)
 
 
 def i16_bound(q, x):
@@ -19,10 +44,7 @@ def i16_bound(q, x):
     T, cols = x.shape
     step = np.abs(x.astype(np.float64)).reshape(T, cols // 256, 256).max(axis=2) / 32767.0
     e = np.repeat(step / 2, 256, axis=1)  # (T, cols)
-    import gguf
-
-    w = np.abs(gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q5_K).astype(np.float64)).reshape(q.shape[0], -1)
-    return (w @ e.T).T * (1 + 1e-6)
+    return (dequant_abs(q) @ e.T).T * (1 + 1e-6)
 
 
 @pytest.mark.parametrize("rows", [1, 7, 99, 4097])
@@ -35,12 +57,9 @@ def test_matches_float64_reference(rows, cols, T, precision):
     y = lmtail.ops.matvec_q5_k(q, x, precision=precision)
     assert y.shape == (T, rows) and y.dtype == np.float32
     ref, mag = reference_matvec(q, x)
-    if precision == "f32":
-        assert np.all(np.abs(y - ref) <= BOUND * mag + 1e-30)
-        assert np.linalg.norm(y - ref) <= 1e-5 * np.linalg.norm(ref)
-    else:  # measured ~2.7e-5 normwise (x rounded to 16 bits per 256-block); ggml's q8_K: ~7e-3
-        assert np.all(np.abs(y - ref) <= i16_bound(q, x) + BOUND * mag + 1e-30)
-        assert np.linalg.norm(y - ref) <= 1e-4 * np.linalg.norm(ref)
+    assert np.all(np.abs(y - ref) <= extra_bound(q, x, precision) + BOUND * mag + 1e-30)
+    # Normwise, measured: f32 ~4e-7, i24 ~2e-7 (f32-grade), i16 ~2.7e-5; ggml's q8_K: ~7e-3.
+    assert np.linalg.norm(y - ref) <= (1e-4 if precision == "i16" else 1e-5) * np.linalg.norm(ref)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -127,20 +146,35 @@ def test_strided_weight_rows_without_copy(precision):
                           bits(lmtail.ops.matvec_q5_k(q, x, precision=precision)))
 
 
-def test_i16_awkward_blocks_accuracy():
+@pytest.mark.parametrize("precision", ["i16", "i24"])
+def test_integer_paths_awkward_blocks_accuracy(precision):
     # Zero, spike, subnormal, huge and tie blocks: still within the rounding bound of each block.
     q = q5k_matrix(99, 1536, seed=8)
     x = awkward_activations(12, 1536, 4)
-    y = lmtail.ops.matvec_q5_k(q, x, precision="i16")
+    y = lmtail.ops.matvec_q5_k(q, x, precision=precision)
     ref, mag = reference_matvec(q, x)
     assert np.isfinite(y).all()
-    assert np.all(np.abs(y - ref) <= i16_bound(q, x) + BOUND * mag + 1e-30)
+    assert np.all(np.abs(y - ref) <= extra_bound(q, x, precision) + BOUND * mag + 1e-30)
 
 
-def test_i16_zero_activation_row_gives_exact_zeros():
+@pytest.mark.parametrize("precision", ["i16", "i24"])
+def test_integer_paths_zero_activation_row_gives_exact_zeros(precision):
     q = q5k_matrix(7, 512, seed=1)
-    y = lmtail.ops.matvec_q5_k(q, np.zeros((2, 512), np.float32), precision="i16")
+    y = lmtail.ops.matvec_q5_k(q, np.zeros((2, 512), np.float32), precision=precision)
     assert np.array_equal(bits(y), np.zeros_like(bits(y)))
+
+
+def test_i24_is_f32_grade():
+    # The default CPU precision must be at least as accurate as f32 arithmetic (normwise, against
+    # float64, on quantised Gaussian weights and Gaussian x; both on the same data here).
+    q = q5k_matrix(600, 6656, seed=12)
+    x = np.random.default_rng(13).standard_normal((3, 6656)).astype(np.float32)
+    ref, _ = reference_matvec(q, x)
+    err = {p: np.linalg.norm(lmtail.ops.matvec_q5_k(q, x, precision=p) - ref) / np.linalg.norm(ref)
+           for p in PRECISIONS}
+    assert err["i24"] <= err["f32"], err
+    assert err["i24"] < 1e-6 and err["i16"] > 1e-5, err
+    assert lmtail.ops.default_precision("cpu") == "i24"
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -175,10 +209,9 @@ def test_full_size_head_202048x6656():
     reps = -(-202048 // s.shape[0])
     ref = np.tile(ref, (1, reps))[:, :202048]
     mag = np.tile(mag, (1, reps))[:, :202048]
-    ib = np.tile(i16_bound(s, x), (1, reps))[:, :202048]
     for precision in PRECISIONS:
         y = lmtail.ops.matvec_q5_k(w, x, precision=precision)
-        extra = ib if precision == "i16" else 0.0
+        extra = np.tile(extra_bound(s, x, precision), (1, reps))[:, :202048] if precision != "f32" else 0.0
         assert np.all(np.abs(y - ref) <= extra + BOUND * mag + 1e-30)
         assert np.array_equal(bits(y[1]), bits(lmtail.ops.matvec_q5_k(w, x[1], precision=precision)))
 
@@ -208,5 +241,6 @@ def test_errors():
     for backend in lmtail.backends():
         if backend != "cpu":  # the other backends implement f32 activations only
             assert lmtail.ops.default_precision(backend) == "f32"
-            with pytest.raises(lmtail.BackendError):
-                lmtail.ops.matvec_q5_k(q, np.ones(256, np.float32), backend=backend, precision="i16")
+            for p in ("i16", "i24"):
+                with pytest.raises(lmtail.BackendError):
+                    lmtail.ops.matvec_q5_k(q, np.ones(256, np.float32), backend=backend, precision=p)

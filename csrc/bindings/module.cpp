@@ -29,7 +29,8 @@ Isa parse_isa(const std::string &s) {
 lmt::cpu::Precision parse_precision(const std::string &s) {
     if (s == "f32") return lmt::cpu::Precision::F32;
     if (s == "i16") return lmt::cpu::Precision::I16;
-    throw lmt::ArgumentError("precision: expected 'f32' or 'i16'; found '" + s + "'");
+    if (s == "i24") return lmt::cpu::Precision::I24;
+    throw lmt::ArgumentError("precision: expected 'f32', 'i16' or 'i24'; found '" + s + "'");
 }
 
 template <typename T>
@@ -158,7 +159,7 @@ PYBIND11_MODULE(_core, m) {
             lmt::cpu::matvec_q5_k(wp, rows, cols, stride, xp, T, op, threads, is, prec);
         },
         py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto",
-        py::arg("precision") = "f32");
+        py::arg("precision") = "i24");
 
     m.def(
         "scale",

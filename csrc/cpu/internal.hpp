@@ -97,15 +97,42 @@ static inline int xi16_pos(int i) {  // position of weight i (0..255) in its blo
     const int g = i >> 6, half = (i >> 5) & 1, l = i & 31;
     return 64 * g + 32 * half + 16 * (l & 1) + (l >> 1);
 }
+//
+// ---- 24-bit block fixed point (Precision::I24) ---------------------------------------------
+// Two pieces per element, with s = max|x|/32767 per 256-block (double):
+//   a = clamp(floor(x / s), -32767, 32767)              int16, xq's permuted layout
+//   b = clamp(round_even((x - a*s) * 255 / s), 0, 255)  uint8: x - a*s lies in [0, s)
+//   x ~= s * (a + b/255)        step s/255 = max|x| / 8,355,585 ~ max|x| * 2^-23
+// i.e. f32's 24-bit significand relative to the block's largest element: the representation
+// error is at most max|x| * 2^-24 (plus the f32 roundings of dx and dxr).
+//   xr    (T, cols) uint8 b in NATURAL order (the x86 vpmaddubsw takes it as the unsigned
+//         operand against the unpacked weight bytes), 0 for a non-finite or all-zero block.
+//   dx    (float)s;  dxr (T, cols/256) f32: (float)(s / 255)  (NaN / 0 as dx).
+//   xsum  (T, cols/32) f32: HERE X = (float)(dx * sum(a) + dxr * sum(b)) over each sub-block:
+//         the represented x's sum, rounded once (NaN for a non-finite block).
+// Canonical result (matvec_q5_k_i16_scalar with xr != nullptr is the reference). Both pieces are
+// summed against weights CENTRED on 16, w = d*sc*(q - 16) + C with C = 16*d*sc - dmin*m, so the
+// integer sums and the f32 roundings act at the scale of w itself, not of d*sc*q (~3.6x larger
+// for quantised Gaussian weights; uncentred, the roundings gave 4.4-5.8e-7 normwise):
+//   L[k] = sum_{(i >> 2) & 7 == k} sc[i>>5] * (q[i] - 16) * a[i]      |L| <= 32*16*63*32767 < 2^30
+//   R[k] = sum_{(i >> 2) & 7 == k} sc[i>>5] * (q[i] - 16) * b[i]      |R| <= 32*16*63*255 < 2^23
+//   C[k] = fma(16*d, sc[k], -(dmin*m[k]))                             one rounding
+//   acc[k] = fma((float)L[k], d*dx, acc[k]);  acc[k] = fma((float)R[k], d*dxr, acc[k]);
+//   acc[k] = fma(C[k], xsum[b][k], acc[k]);                           in block order
+//   logit = hsum8(acc)
+// The centring is free on x86: the unpack yields q - 16 as a signed byte (q5k_split_group_c).
+// Measured (600 x 6656 quantised Gaussian weights, Gaussian x, 3 rows): see docs/DESIGN.md.
 struct MatvecI16Args {
     const uint8_t *w;
     int64_t rows, cols;
     size_t row_stride;
     const int16_t *xq;    // (T, cols), permuted as above
-    const float *xsum;    // (T, cols/32), integers
+    const float *xsum;    // (T, cols/32): I16 integer sums of xq; I24 sums of x (see below)
     const float *dx;      // (T, cols/256)
     int64_t T;
     float *logits;        // (T, rows)
+    const uint8_t *xr = nullptr;    // I24 only: (T, cols) residual, natural order
+    const float *dxr = nullptr;     // I24 only: (T, cols/256)
 };
 void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);

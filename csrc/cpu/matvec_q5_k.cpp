@@ -9,7 +9,9 @@
 
 namespace lmt::cpu {
 
-const char *precision_name(Precision p) { return p == Precision::I16 ? "i16" : "f32"; }
+const char *precision_name(Precision p) {
+    return p == Precision::I16 ? "i16" : p == Precision::I24 ? "i24" : "f32";
+}
 
 namespace {
 
@@ -22,15 +24,18 @@ static inline double round_even(double v) {
     return t - magic;
 }
 
-// Quantise x (T, cols) into the I16 layout described in cpu/internal.hpp. Scalar and in double,
-// so every ISA and thread count sees the same bytes (the cost is T * cols elements per call,
-// ~0.05 ms for T = 8, cols = 6656, against ~100 ms for the weights).
-void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx) {
+// Quantise x (T, cols) into the I16 layout described in cpu/internal.hpp, or with xr/dxr
+// non-null into the I24 layout (floor-quantised int16 piece + unsigned 8-bit residual). Scalar
+// and in double, so every ISA and thread count sees the same bytes (the cost is T * cols elements
+// per call, ~0.05 ms for T = 8, cols = 6656, against ~100 ms for the weights).
+void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx, uint8_t *xr,
+                   float *dxr) {
     const int64_t nb = cols / LMT_QK_K;
     for (int64_t t = 0; t < T; ++t) {
         for (int64_t b = 0; b < nb; ++b) {
             const float *xb = x + t * cols + b * LMT_QK_K;
             int16_t *qb = xq + t * cols + b * LMT_QK_K;
+            uint8_t *rb = xr ? xr + t * cols + b * LMT_QK_K : nullptr;
             float *sb = xsum + (t * nb + b) * LMT_Q5K_SUBBLOCKS;
             float amax = 0.0f;
             bool nonfinite = false;
@@ -41,25 +46,47 @@ void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, float *
             if (nonfinite || amax == 0.0f) {
                 // NaN scale: every logit of this activation row becomes NaN (fma(L, NaN, acc)), so
                 // the caller's finite checks see it exactly as with f32 activations.
+                const float s = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
                 std::fill(qb, qb + LMT_QK_K, (int16_t)0);
-                std::fill(sb, sb + LMT_Q5K_SUBBLOCKS, 0.0f);
-                dx[t * nb + b] = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+                std::fill(sb, sb + LMT_Q5K_SUBBLOCKS, rb && nonfinite ? s : 0.0f);
+                dx[t * nb + b] = s;
+                if (rb) {
+                    std::fill(rb, rb + LMT_QK_K, (uint8_t)0);
+                    dxr[t * nb + b] = s;
+                }
                 continue;
             }
             const double inv = 32767.0 / (double)amax;  // finite: amax >= 2^-149
+            const double step = (double)amax / 32767.0;
+            const double rinv = 255.0 / step;            // finite: step >= 2^-164, so rinv < 2^173
+            const float dxf = (float)step, dxrf = (float)(step / 255.0);
             for (int j = 0; j < LMT_Q5K_SUBBLOCKS; ++j) {
-                int32_t s = 0;
+                int32_t s = 0, sr = 0;
                 for (int l = 0; l < 32; ++l) {
                     const int i = 32 * j + l;
-                    double v = round_even((double)xb[i] * inv);
-                    v = std::min(32767.0, std::max(-32767.0, v));  // |x| <= amax: at most 1 ulp over
-                    const int16_t q = (int16_t)v;
+                    const double v = (double)xb[i] * inv;  // |v| <= 32767 up to one rounding
+                    double qv;
+                    if (!rb) {
+                        qv = std::min(32767.0, std::max(-32767.0, round_even(v)));
+                    } else {
+                        // I24: a = floor(v), so the residual x - a*step lies in [0, step) and the
+                        // second piece is unsigned: b = round(residual * 255 / step) in [0, 255].
+                        qv = std::min(32767.0, std::max(-32767.0, std::floor(v)));
+                        double rq = round_even(((double)xb[i] - qv * step) * rinv);
+                        rq = std::min(255.0, std::max(0.0, rq));
+                        rb[i] = (uint8_t)rq;
+                        sr += (int32_t)rq;
+                    }
+                    const int16_t q = (int16_t)qv;
                     qb[xi16_pos(i)] = q;
                     s += q;
                 }
-                sb[j] = (float)s;  // exact: |s| <= 32 * 32767 < 2^24
+                // I16: the exact integer s (|s| <= 32 * 32767 < 2^24). I24: the represented x's
+                // sub-block sum dx*s + dxr*sr (with the f32 dx, dxr the kernels use), rounded once.
+                sb[j] = rb ? (float)((double)dxf * s + (double)dxrf * sr) : (float)s;
             }
-            dx[t * nb + b] = (float)((double)amax / 32767.0);
+            dx[t * nb + b] = dxf;
+            if (rb) dxr[t * nb + b] = dxrf;
         }
     }
 }
@@ -69,6 +96,8 @@ struct XI16Scratch {
     std::vector<int16_t> q;
     std::vector<float> sum;
     std::vector<float> dx;
+    std::vector<uint8_t> r;    // I24
+    std::vector<float> dxr;    // I24
 };
 
 }  // namespace
@@ -80,7 +109,7 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     if (rows < 0 || T < 1)
         fail_arg("matvec_q5_k: need rows >= 0 and T >= 1; found rows=" + std::to_string(rows) +
                  " T=" + std::to_string(T));
-    if (precision != Precision::F32 && precision != Precision::I16)
+    if (precision != Precision::F32 && precision != Precision::I16 && precision != Precision::I24)
         fail_arg("matvec_q5_k: unknown precision " + std::to_string((int)precision));
     const size_t row_bytes = (size_t)(cols / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES;
     if (row_stride < row_bytes)
@@ -92,14 +121,22 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     constexpr int64_t kRowsPerTask = 64;
     const int64_t n_tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
 
-    if (precision == Precision::I16) {
+    if (precision == Precision::I16 || precision == Precision::I24) {
         thread_local XI16Scratch xs;
+        const bool res = precision == Precision::I24;
         const int64_t nb = cols / LMT_QK_K;
         if ((int64_t)xs.q.size() < T * cols) xs.q.resize((size_t)(T * cols));
         if ((int64_t)xs.sum.size() < T * nb * 8) xs.sum.resize((size_t)(T * nb * 8));
         if ((int64_t)xs.dx.size() < T * nb) xs.dx.resize((size_t)(T * nb));
-        prepare_x_i16(x, T, cols, xs.q.data(), xs.sum.data(), xs.dx.data());
-        const MatvecI16Args a{w, rows, cols, row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), T, logits};
+        if (res && (int64_t)xs.r.size() < T * cols) xs.r.resize((size_t)(T * cols));
+        if (res && (int64_t)xs.dxr.size() < T * nb) xs.dxr.resize((size_t)(T * nb));
+        prepare_x_i16(x, T, cols, xs.q.data(), xs.sum.data(), xs.dx.data(), res ? xs.r.data() : nullptr,
+                      res ? xs.dxr.data() : nullptr);
+        MatvecI16Args a{w, rows, cols, row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), T, logits};
+        if (res) {
+            a.xr = xs.r.data();
+            a.dxr = xs.dxr.data();
+        }
         void (*kernel)(const MatvecI16Args &, int64_t, int64_t) = nullptr;
         switch (resolved) {
 #if defined(LMTAIL_HAVE_X86)

@@ -109,7 +109,10 @@ void matvec_q5_k_neon(const MatvecArgs &a, int64_t r0, int64_t r1) {
 // partial sum is a subset of one lane's 32 products, so the int32 bound holds throughout.
 namespace {
 
-template <int TG>
+// RES (Precision::I24): the weight words are centred (sc * (q - 16)); the unsigned residual bytes
+// (natural order) are split into even / odd int16 words exactly as q is split into A / B, so they
+// multiply the same words and land in the same canonical lanes (accumulators Q, reduced like P).
+template <int TG, bool RES>
 static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
     const int64_t nb = a.cols / LMT_QK_K;
     const uint8x16_t m4 = vdupq_n_u8(0x0F), bit4 = vdupq_n_u8(0x10);
@@ -128,9 +131,9 @@ static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1,
                 sc[j] = (int16_t)((scb >> (8 * j)) & 0xFF);
                 mv[j] = (float)((mmb >> (8 * j)) & 0xFF);
             }
-            int32x4_t P[TG][4];
+            int32x4_t P[TG][4], Q[TG][4];
             for (int t = 0; t < TG; ++t)
-                for (int p = 0; p < 4; ++p) P[t][p] = vdupq_n_s32(0);
+                for (int p = 0; p < 4; ++p) P[t][p] = Q[t][p] = vdupq_n_s32(0);
             for (int h = 0; h < 2; ++h) {
                 const uint8x16_t qh = vld1q_u8(bk->qh + 16 * h);
                 for (int g = 0; g < 4; ++g) {
@@ -142,24 +145,73 @@ static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1,
                     const int16x8_t B = vmulq_n_s16(vreinterpretq_s16_u16(vshrq_n_u16(lo16, 8)), sc[2 * g]);
                     const int16x8_t C = vmulq_n_s16(vreinterpretq_s16_u16(vandq_u16(hi16, lowbyte)), sc[2 * g + 1]);
                     const int16x8_t D = vmulq_n_s16(vreinterpretq_s16_u16(vshrq_n_u16(hi16, 8)), sc[2 * g + 1]);
+                    // I24 centres the weights: sc * (q - 16) (cpu/internal.hpp).
+                    const int16x8_t Ac = RES ? vsubq_s16(A, vdupq_n_s16((int16_t)(16 * sc[2 * g]))) : A;
+                    const int16x8_t Bc = RES ? vsubq_s16(B, vdupq_n_s16((int16_t)(16 * sc[2 * g]))) : B;
+                    const int16x8_t Cc = RES ? vsubq_s16(C, vdupq_n_s16((int16_t)(16 * sc[2 * g + 1]))) : C;
+                    const int16x8_t Dc = RES ? vsubq_s16(D, vdupq_n_s16((int16_t)(16 * sc[2 * g + 1]))) : D;
                     for (int t = 0; t < TG; ++t) {
                         const int16_t *xg = a.xq + (t0 + t) * a.cols + b * LMT_QK_K + 64 * g + 8 * h;
                         const int16x8_t xA = vld1q_s16(xg), xB = vld1q_s16(xg + 16);
                         const int16x8_t xC = vld1q_s16(xg + 32), xD = vld1q_s16(xg + 48);
                         int32x4_t &p0 = P[t][2 * h], &p1 = P[t][2 * h + 1];
-                        p0 = vmlal_s16(p0, vget_low_s16(A), vget_low_s16(xA));
-                        p1 = vmlal_high_s16(p1, A, xA);
-                        p0 = vmlal_s16(p0, vget_low_s16(B), vget_low_s16(xB));
-                        p1 = vmlal_high_s16(p1, B, xB);
-                        p0 = vmlal_s16(p0, vget_low_s16(C), vget_low_s16(xC));
-                        p1 = vmlal_high_s16(p1, C, xC);
-                        p0 = vmlal_s16(p0, vget_low_s16(D), vget_low_s16(xD));
-                        p1 = vmlal_high_s16(p1, D, xD);
+                        p0 = vmlal_s16(p0, vget_low_s16(Ac), vget_low_s16(xA));
+                        p1 = vmlal_high_s16(p1, Ac, xA);
+                        p0 = vmlal_s16(p0, vget_low_s16(Bc), vget_low_s16(xB));
+                        p1 = vmlal_high_s16(p1, Bc, xB);
+                        p0 = vmlal_s16(p0, vget_low_s16(Cc), vget_low_s16(xC));
+                        p1 = vmlal_high_s16(p1, Cc, xC);
+                        p0 = vmlal_s16(p0, vget_low_s16(Dc), vget_low_s16(xD));
+                        p1 = vmlal_high_s16(p1, Dc, xD);
+                        if constexpr (RES) {
+                            // Residual bytes (unsigned, natural order) of weights 64g + 16h + l (lo)
+                            // and 64g + 32 + 16h + l (hi): even bytes pair with Ac / Cc's words,
+                            // odd ones with Bc / Dc's.
+                            const uint8_t *rg = a.xr + (t0 + t) * a.cols + b * LMT_QK_K + 64 * g + 16 * h;
+                            const uint16x8_t rl = vreinterpretq_u16_u8(vld1q_u8(rg));
+                            const uint16x8_t rh = vreinterpretq_u16_u8(vld1q_u8(rg + 32));
+                            const int16x8_t rA = vreinterpretq_s16_u16(vandq_u16(rl, lowbyte));
+                            const int16x8_t rB = vreinterpretq_s16_u16(vshrq_n_u16(rl, 8));
+                            const int16x8_t rC = vreinterpretq_s16_u16(vandq_u16(rh, lowbyte));
+                            const int16x8_t rD = vreinterpretq_s16_u16(vshrq_n_u16(rh, 8));
+                            int32x4_t &q0 = Q[t][2 * h], &q1 = Q[t][2 * h + 1];
+                            q0 = vmlal_s16(q0, vget_low_s16(Ac), vget_low_s16(rA));
+                            q1 = vmlal_high_s16(q1, Ac, rA);
+                            q0 = vmlal_s16(q0, vget_low_s16(Bc), vget_low_s16(rB));
+                            q1 = vmlal_high_s16(q1, Bc, rB);
+                            q0 = vmlal_s16(q0, vget_low_s16(Cc), vget_low_s16(rC));
+                            q1 = vmlal_high_s16(q1, Cc, rC);
+                            q0 = vmlal_s16(q0, vget_low_s16(Dc), vget_low_s16(rD));
+                            q1 = vmlal_high_s16(q1, Dc, rD);
+                        }
                     }
                 }
             }
             const float d = f16_to_f32(bk->d), dmin = f16_to_f32(bk->dmin);
             const float32x4_t m_lo = vld1q_f32(mv), m_hi = vld1q_f32(mv + 4);
+            if constexpr (RES) {
+                // I24 (cpu/internal.hpp): acc = fma(L, d*dx, acc); acc = fma(R, d*dxr, acc);
+                // acc = fma(C, X, acc), C = 16*d*sc - dmin*m.
+                float scf[8];
+                for (int j = 0; j < 8; ++j) scf[j] = (float)sc[j];
+                const float32x4_t d16 = vdupq_n_f32(d * 16.0f);
+                const float32x4_t C_lo = vfmaq_f32(vnegq_f32(vmulq_n_f32(m_lo, dmin)), d16, vld1q_f32(scf));
+                const float32x4_t C_hi = vfmaq_f32(vnegq_f32(vmulq_n_f32(m_hi, dmin)), d16, vld1q_f32(scf + 4));
+                for (int t = 0; t < TG; ++t) {
+                    const int64_t tb = (t0 + t) * nb + b;
+                    const float32x4_t e = vdupq_n_f32(d * a.dx[tb]), er = vdupq_n_f32(d * a.dxr[tb]);
+                    const int32x4_t L_lo = vpaddq_s32(P[t][0], P[t][1]), L_hi = vpaddq_s32(P[t][2], P[t][3]);
+                    const int32x4_t R_lo = vpaddq_s32(Q[t][0], Q[t][1]), R_hi = vpaddq_s32(Q[t][2], Q[t][3]);
+                    const float *xs = a.xsum + tb * 8;
+                    f0[t] = vfmaq_f32(f0[t], vcvtq_f32_s32(L_lo), e);
+                    f1[t] = vfmaq_f32(f1[t], vcvtq_f32_s32(L_hi), e);
+                    f0[t] = vfmaq_f32(f0[t], vcvtq_f32_s32(R_lo), er);
+                    f1[t] = vfmaq_f32(f1[t], vcvtq_f32_s32(R_hi), er);
+                    f0[t] = vfmaq_f32(f0[t], C_lo, vld1q_f32(xs));
+                    f1[t] = vfmaq_f32(f1[t], C_hi, vld1q_f32(xs + 4));
+                }
+                continue;
+            }
             for (int t = 0; t < TG; ++t) {
                 const int64_t tb = (t0 + t) * nb + b;
                 const float dx = a.dx[tb];
@@ -182,15 +234,21 @@ static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1,
 
 }  // namespace
 
-void matvec_q5_k_i16_neon(const MatvecI16Args &a, int64_t r0, int64_t r1) {
+template <bool RES>
+static void i16_neon_all(const MatvecI16Args &a, int64_t r0, int64_t r1) {
     for (int64_t t0 = 0; t0 < a.T; t0 += 4) {
         switch ((int)std::min<int64_t>(4, a.T - t0)) {
-            case 1: i16_rows_neon<1>(a, r0, r1, t0); break;
-            case 2: i16_rows_neon<2>(a, r0, r1, t0); break;
-            case 3: i16_rows_neon<3>(a, r0, r1, t0); break;
-            default: i16_rows_neon<4>(a, r0, r1, t0); break;
+            case 1: i16_rows_neon<1, RES>(a, r0, r1, t0); break;
+            case 2: i16_rows_neon<2, RES>(a, r0, r1, t0); break;
+            case 3: i16_rows_neon<3, RES>(a, r0, r1, t0); break;
+            default: i16_rows_neon<4, RES>(a, r0, r1, t0); break;
         }
     }
+}
+
+void matvec_q5_k_i16_neon(const MatvecI16Args &a, int64_t r0, int64_t r1) {
+    if (a.xr) i16_neon_all<true>(a, r0, r1);
+    else i16_neon_all<false>(a, r0, r1);
 }
 
 }  // namespace lmt::cpu

@@ -56,12 +56,29 @@ void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1) {
                 const int16_t *xq = a.xq + t * a.cols + b * LMT_QK_K;
                 const float *xs = a.xsum + (t * nb + b) * LMT_Q5K_SUBBLOCKS;
                 int64_t L[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // int64 here; the bound keeps it in int32
+                int64_t R[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                const uint8_t *xr = a.xr ? a.xr + t * a.cols + b * LMT_QK_K : nullptr;
                 for (int i = 0; i < LMT_QK_K; ++i) {
                     const int64_t q = (int64_t)lmt_q5k_q(blk.qs, blk.qh, i);
-                    L[(i >> 2) & 7] += (int64_t)lmt_q5k_scale(blk.scales, i >> 5) * q * xq[xi16_pos(i)];
+                    const int64_t sc = (int64_t)lmt_q5k_scale(blk.scales, i >> 5);
+                    // I24 centres the weights on 16 (cpu/internal.hpp).
+                    L[(i >> 2) & 7] += sc * (xr ? q - 16 : q) * xq[xi16_pos(i)];
+                    if (xr) R[(i >> 2) & 7] += sc * (q - 16) * xr[i];
                 }
                 const float dx = a.dx[t * nb + b];
-                const float dd = f16_to_f32(blk.d) * dx, dm = f16_to_f32(blk.dmin) * dx;
+                const float d = f16_to_f32(blk.d), dmin = f16_to_f32(blk.dmin);
+                if (xr) {  // I24
+                    const float e = d * dx, er = d * a.dxr[t * nb + b];
+                    for (int k = 0; k < 8; ++k) {
+                        const float sc = (float)lmt_q5k_scale(blk.scales, k), m = (float)lmt_q5k_min(blk.scales, k);
+                        const float C = std::fma(d * 16.0f, sc, -(dmin * m));  // 16*d*sc - dmin*m, one rounding
+                        acc[k] = std::fma((float)(int32_t)L[k], e, acc[k]);
+                        acc[k] = std::fma((float)(int32_t)R[k], er, acc[k]);
+                        acc[k] = std::fma(C, xs[k], acc[k]);
+                    }
+                    continue;
+                }
+                const float dd = d * dx, dm = dmin * dx;
                 for (int k = 0; k < 8; ++k) {
                     const int32_t M = (int32_t)lmt_q5k_min(blk.scales, k) * (int32_t)xs[k];
                     acc[k] = std::fma((float)(int32_t)L[k], dd, acc[k]);

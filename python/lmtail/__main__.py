@@ -50,8 +50,9 @@ def demo(argv=None) -> int:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--topk", type=int, default=40)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--precision", choices=["f32", "i16"], default=None,
-                   help="head matvec activation precision (default f32; i16: the CPU's fast path)")
+    p.add_argument("--precision", choices=["i24", "f32", "i16"], default=None,
+                   help="head matvec activation precision (CPU default i24: 24-bit block fixed point, "
+                        "f32-grade; f32: f32 arithmetic; i16: fastest, ~3e-5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-seed", type=int, default=42,
                    help="seed of the llama.cpp-exact common sampler chain (lmtail.sampling.common_chain)")

@@ -78,13 +78,13 @@ def token_ids(ids, n: int, name: str) -> np.ndarray:
 
 
 # Activation precision of the Q5_K matvec per backend: the first entry is the backend's default.
-# "f32": activations stay f32 (the exact reference the other backends reproduce, normwise error
-# ~4e-7); "i16": activations quantised to int16 per 256-block, exact integer dot products
-# (~2.7e-5; ggml's q8_K: ~7e-3). "f32" is the default everywhere: issue 2 specifies f32
-# activations ("ggml quantises activations; we do not"). "i16" is the opt-in fast path: it meets
-# issue 2's speed goals and f32 does not (measured: docs/DESIGN.md "Performance",
-# bench/RESULTS.md). The C++ API has the same default (Precision::F32).
-PRECISIONS = {"cpu": ("f32", "i16")}
+# "f32": activations stay f32, f32 arithmetic (the reference the other backends reproduce,
+# normwise error ~4e-7); "i24": each 256-block of x as s*(a + b/255), a int16, b uint8 (a 24-bit
+# fixed point, step max|x|*2^-23), both summed exactly in integers (~2e-7: more accurate than
+# f32 arithmetic, and it meets issue 2's speed goals, which f32 arithmetic cannot on this class
+# of CPU: docs/DESIGN.md "Precision"); "i16": the int16 piece alone (~2.7e-5, fastest).
+# ggml's q8_K: ~7e-3. The C++ API has the same default (Precision::I24).
+PRECISIONS = {"cpu": ("i24", "f32", "i16")}
 
 
 def precision_arg(precision, backend: str) -> str:
@@ -92,8 +92,8 @@ def precision_arg(precision, backend: str) -> str:
     allowed = PRECISIONS.get(backend, ("f32",))
     if precision is None:
         return allowed[0]
-    if precision not in ("f32", "i16"):
-        raise ParameterError(f"precision: expected 'f32', 'i16' or None; found {precision!r}")
+    if precision not in ("f32", "i16", "i24"):
+        raise ParameterError(f"precision: expected 'f32', 'i16', 'i24' or None; found {precision!r}")
     if precision not in allowed:
         raise BackendError(f"precision {precision!r} is not available on backend {backend!r} (it has: {', '.join(allowed)})")
     return precision

@@ -28,8 +28,8 @@ class Head:
     (cols,), or None when the hidden state arrives already normalised (no norm is applied).
     ``norm_kind="layer"`` applies a LayerNorm without bias instead (command-r, cohere2: llama.cpp's
     LLM_NORM), with ``norm`` as its optional weight. ``softcap <= 0`` disables the cap.
-    ``precision`` selects the head matvec's activation precision ("f32" or, on the CPU, "i16";
-    None: the backend's default), see :func:`lmtail.ops.matvec_q5_k`.
+    ``precision`` selects the head matvec's activation precision ("f32", or on the CPU "i24" (its
+    default, f32-grade) or "i16"; None: the backend's default), see :func:`lmtail.ops.matvec_q5_k`.
 
     Failure semantics (fail closed): any non-finite hidden value, pre-cap logit or capped logit
     raises :class:`lmtail.NonFiniteLogitsError`, and the previously published distribution stays
@@ -160,7 +160,7 @@ class Head:
 
     @property
     def precision(self) -> str:
-        """Activation precision of the head matvec: "f32" or "i16" (see ``ops.matvec_q5_k``)."""
+        """Activation precision of the head matvec: "f32", "i24" or "i16" (see ``ops.matvec_q5_k``)."""
         return self._precision
 
     @property

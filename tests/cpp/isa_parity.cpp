@@ -36,7 +36,7 @@ int main() {
                 }
             }
             std::vector<float> ref(T * rows), got(T * rows);
-            for (Precision prec : {Precision::F32, Precision::I16}) {
+            for (Precision prec : {Precision::F32, Precision::I16, Precision::I24}) {
                 lmt::cpu::matvec_q5_k(q.data(), rows, cols, q.size() / rows, x.data(), T, ref.data(), 1, Isa::Scalar, prec);
                 for (Isa isa : isas) {
                     if (!lmt::cpu::isa_available(isa)) continue;

@@ -61,19 +61,23 @@ void layer_norm(const float *x, const float *gamma, float *y, int64_t n_rows, in
 //        reference (normwise error ~4e-7); the other backends (metal-emu, cuda) match it.
 //   I16: each 256-element block of x is quantised once per call to int16 (scale max|x|/32767,
 //        round to nearest even); sc*q*x is summed exactly in int32 per super-block, then scaled
-//        in f32 in one fixed expression. Faster (integer multiply-adds); error ~1e-5 normwise.
-// Both are byte-identical across SIMD paths and thread counts, and batch invariant.
-enum class Precision : int { F32 = 0, I16 = 1 };
-// "f32" / "i16"
+//        in f32 in one fixed expression. Fastest (integer multiply-adds); error ~3e-5 normwise.
+//   I24: two pieces per element: each 256-block of x as s*(a + b/255) (a int16, b uint8), a
+//        24-bit fixed point whose step is max|x|*2^-23; both summed exactly in int32 against the
+//        weights centred on 16, then scaled in f32. Normwise error ~2e-7 (below F32's ~4e-7) at
+//        1.1-1.2x the I16 cost: the CPU default (docs/DESIGN.md, "Activation precision").
+// All are byte-identical across SIMD paths and thread counts, and batch invariant.
+enum class Precision : int { F32 = 0, I16 = 1, I24 = 2 };
+// "f32" / "i16" / "i24"
 const char *precision_name(Precision p);
 
 // logits[t, r] = sum_c dequant(W)[r, c] * x[t, c] for t in [0, T), r in [0, rows).
 // W: rows x (cols/256) Q5_K blocks, row stride row_stride bytes (>= cols/256*176).
 // Reads every weight block once for all T activation rows. A non-finite activation makes every
-// logit of its row non-finite (F32: by IEEE propagation; I16: the block's scale becomes NaN).
+// logit of its row non-finite (F32: by IEEE propagation; I16/I24: the block's scale becomes NaN).
 void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,
                  int64_t T, float *logits, int n_threads = 0, Isa isa = Isa::Auto,
-                 Precision precision = Precision::F32);
+                 Precision precision = Precision::I24);
 
 // In place: x *= s (ggml_scale with bias 0: one rounding per element).
 void scale(float *x, int64_t n, float s, int n_threads = 0);
