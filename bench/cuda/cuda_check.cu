@@ -170,7 +170,9 @@ int main(int argc, char **argv) {
     // CPU reference (lmtail's CPU backend).
     std::vector<float> normed((size_t)Tmax * cols), ref((size_t)Tmax * rows);
     cpu::rms_norm(hidden.data(), gamma.data(), normed.data(), Tmax, cols, 1e-5f);
-    cpu::matvec_q5_k(q.data(), rows, cols, row_bytes, normed.data(), Tmax, ref.data());
+    // The f32 reference CUDA reproduces (the CPU default is i24).
+    cpu::matvec_q5_k(q.data(), rows, cols, row_bytes, normed.data(), Tmax, ref.data(), 0, cpu::Isa::Auto,
+                     cpu::Precision::F32);
     std::vector<float> ref_capped = ref;
     cpu::softcap(ref_capped.data(), (int64_t)Tmax * rows, s, cap, true);
     std::vector<uint32_t> ref_arg(Tmax);
