@@ -363,4 +363,22 @@ void bind_sampling(py::module_ &m) {
               return py::make_tuple(sum, bad);
           },
           py::arg("row"), py::arg("threads") = 0);
+    m.def("spec_rows_stats",
+          [](py::array x, int threads) {
+              if (!x.dtype().is(py::dtype::of<float>()) || x.ndim() != 2 || !(x.flags() & py::array::c_style))
+                  throw lmt::ArgumentError("rows: expected a C-contiguous 2-D float32 array; found " +
+                                           std::string(py::str(x.dtype())) + " with ndim " + std::to_string(x.ndim()));
+              const size_t rows = (size_t)x.shape(0), n = (size_t)x.shape(1);
+              py::array_t<double> sums((py::ssize_t)rows);
+              py::array_t<uint64_t> bads((py::ssize_t)rows);
+              std::vector<size_t> nb(rows);
+              const int th = lmt::core::resolve_threads(threads);
+              {
+                  py::gil_scoped_release nogil;
+                  lmt::spec::rows_stats(static_cast<const float *>(x.data()), rows, n, n, sums.mutable_data(), nb.data(), th);
+              }
+              for (size_t r = 0; r < rows; ++r) bads.mutable_data()[r] = nb[r];
+              return py::make_tuple(sums, bads);
+          },
+          py::arg("rows"), py::arg("threads") = 0);
 }

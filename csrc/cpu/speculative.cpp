@@ -143,43 +143,70 @@ int64_t blocked_select(const float *w, size_t n, double u, const double *pre_blo
     return -1;
 }
 
-void row_stats(const float *x, size_t n, double *sum, size_t *n_bad, int threads) {
-    // Per chunk (threads; the result does not depend on their number): two branch-free passes the
-    // compiler vectorises -- a count of entries that are negative or not finite (!(|v| <= FLT_MAX)
-    // is true for NaN and +-inf), and the sum in 16 float lanes per block of 256 entries
-    // (relative error ~2e-6 per block, far inside the 1e-3 tolerance it is checked against),
-    // blocks added in double; chunk sums added in chunk order. Measured 58 us per 202048-entry
-    // row on one thread against 115 us for double lanes (SSE2 converts two floats per
-    // instruction); the row read is memory-bound, so two threads help on this VM.
-    const int64_t tasks = (int64_t)((n + kChunk - 1) / kChunk);
-    std::vector<double> sums((size_t)tasks, 0.0);
-    std::vector<uint32_t> bads((size_t)tasks, 0);
-    lmt::core::parallel_for(threads, tasks, [&](int64_t t) {
-        const size_t lo = (size_t)t * kChunk, hi = std::min(n, lo + kChunk);
-        uint32_t bad = 0;
-        for (size_t i = lo; i < hi; ++i) bad += (uint32_t)((x[i] < 0.0f) | !(std::fabs(x[i]) <= FLT_MAX));
-        double total = 0.0;
-        size_t i = lo;
-        for (; i + 256 <= hi; i += 256) {
-            float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-            for (size_t k = 0; k < 256; k += 16)
-                for (size_t j = 0; j < 16; ++j) acc[j] += x[i + k + j];
-            double s = 0.0;
-            for (size_t j = 0; j < 16; ++j) s += (double)acc[j];
-            total += s;
-        }
-        for (; i < hi; ++i) total += (double)x[i];
-        sums[(size_t)t] = total;
-        bads[(size_t)t] = bad;
-    });
+namespace {
+
+// One chunk [lo, hi) of a probability row, block by block: the count of entries that are negative or not
+// finite (!(|v| <= FLT_MAX) is true for NaN and +-inf) and the sum in 16 float lanes per block of
+// 256 entries (relative error ~2e-6 per block, far inside the 1e-3 tolerance it is checked
+// against), blocks added in double, in order. The same expression on every build, so the sum's
+// bits do not depend on the ISA. On x86-64 Linux GCC also emits an AVX2 clone, picked at load
+// time (ifunc). Measured per 202048-entry row, one thread, cache-resident: two SSE2 passes 58 us,
+// double lanes 115 us; see docs/DESIGN.md for the fused pass.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_ADDRESS__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void chunk_stats(const float *x, size_t lo, size_t hi, double *sum, uint32_t *n_bad) {
+    uint32_t bad = 0;
     double total = 0.0;
-    size_t bad = 0;
-    for (int64_t t = 0; t < tasks; ++t) {
-        total += sums[(size_t)t];
-        bad += bads[(size_t)t];
+    size_t i = lo;
+    for (; i + 256 <= hi; i += 256) {
+        // Two simple loops over the block (the second reads it from L1): each vectorises; one
+        // fused loop did not (197 us per row instead of 58).
+        for (size_t k = 0; k < 256; ++k) bad += (uint32_t)((x[i + k] < 0.0f) | !(std::fabs(x[i + k]) <= FLT_MAX));
+        float acc[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+        for (size_t k = 0; k < 256; k += 16)
+            for (size_t j = 0; j < 16; ++j) acc[j] += x[i + k + j];
+        double s = 0.0;
+        for (size_t j = 0; j < 16; ++j) s += (double)acc[j];
+        total += s;
+    }
+    for (; i < hi; ++i) {
+        total += (double)x[i];
+        bad += (uint32_t)((x[i] < 0.0f) | !(std::fabs(x[i]) <= FLT_MAX));
     }
     *sum = total;
     *n_bad = bad;
+}
+
+}  // namespace
+
+void rows_stats(const float *x, size_t rows, size_t n, size_t stride, double *sums, size_t *n_bad, int threads) {
+    // One dispatch for every row of a verification step: tasks are (row, chunk) pairs, so the
+    // split never depends on the thread count, and chunk sums are added in chunk order per row.
+    const size_t per_row = n ? (n + kChunk - 1) / kChunk : 0;
+    const int64_t tasks = (int64_t)(rows * per_row);
+    std::vector<double> part((size_t)tasks, 0.0);
+    std::vector<uint32_t> bads((size_t)tasks, 0);
+    lmt::core::parallel_for(threads, tasks, [&](int64_t t) {
+        const size_t r = (size_t)t / per_row, c = (size_t)t % per_row;
+        const size_t lo = c * kChunk, hi = std::min(n, lo + kChunk);
+        chunk_stats(x + r * stride, lo, hi, &part[(size_t)t], &bads[(size_t)t]);
+    });
+    for (size_t r = 0; r < rows; ++r) {
+        double total = 0.0;
+        size_t bad = 0;
+        for (size_t c = 0; c < per_row; ++c) {
+            total += part[r * per_row + c];
+            bad += bads[r * per_row + c];
+        }
+        sums[r] = total;
+        n_bad[r] = bad;
+    }
+}
+
+void row_stats(const float *x, size_t n, double *sum, size_t *n_bad, int threads) {
+    rows_stats(x, 1, n, n, sum, n_bad, threads);
 }
 
 size_t accept_run(const double *p, const double *q, const uint32_t *raw, size_t n, int stdlib) {
@@ -214,9 +241,25 @@ SparseRowInfo sparse_row(const int32_t *ids, const float *p, size_t n, size_t V,
         r.sum += (double)p[i];
         if (id == tok) r.p_tok = p[i];
     }
-    if (!r.found_bad && n > 1) {
-        // Candidate rows are short (k + 1 of a top-k read-back): sorting a copy is cheaper than a
-        // vocabulary-sized bitmap.
+    if (!r.found_bad && n > 1 && n <= 64) {
+        // Candidate rows are short (k + 1 of a top-k read-back): an open-addressing table of 128
+        // slots on the stack (load <= 1/2) finds a repeat in O(n); the ids are in [0, V) here.
+        // (Sorting a heap copy cost ~0.7 us per 41-entry row; this ~0.2 us.)
+        int32_t slot[128];
+        std::fill(slot, slot + 128, -1);
+        for (size_t i = 0; i < n; ++i) {
+            uint32_t h = ((uint32_t)ids[i] * 2654435761u) >> 25;
+            while (slot[h] >= 0 && slot[h] != ids[i]) h = (h + 1) & 127;
+            if (slot[h] == ids[i]) {
+                r.found_bad = true;
+                r.bad_id = ids[i];
+                r.repeated = true;
+                break;
+            }
+            slot[h] = ids[i];
+        }
+    } else if (!r.found_bad && n > 1) {
+        // Longer rows: sorting a copy is cheaper than a vocabulary-sized bitmap.
         std::vector<int32_t> s(ids, ids + n);
         std::sort(s.begin(), s.end());
         for (size_t i = 1; i < n; ++i) {

@@ -39,6 +39,8 @@ int64_t blocked_select(const float *w, size_t n, double u, const double *pre_blo
 // Row checks for probability inputs: the sum (float lanes per block of 256, blocks added in
 // double; a fixed order) and the count of entries that are negative or not finite.
 void row_stats(const float *x, size_t n, double *sum, size_t *n_bad, int threads);
+// The same for `rows` rows of n entries, `stride` floats apart, in one dispatch: sums[r], n_bad[r].
+void rows_stats(const float *x, size_t rows, size_t n, size_t stride, double *sums, size_t *n_bad, int threads);
 
 // Checks a sparse probability row (ids, p) of n entries over a vocabulary of V tokens and looks
 // up one token: sum (double, in order), entries that are negative or not finite, the first id

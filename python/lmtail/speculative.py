@@ -211,12 +211,14 @@ def _rows(x, n: int, what: str, n_vocab: Optional[int], toks: Sequence[int] = ()
         x = _float_row(x, what)
         if n_vocab is not None and x.shape[1] != n_vocab:
             raise ShapeError(f"{what}: expected rows of length {n_vocab}; found {x.shape[1]}")
-        out = []
+        # Every row checked in one C++ dispatch (row, chunk tasks on the pool); errors in row order.
+        sums, bads = _core.spec_rows_stats(x)
         for i in range(n):
-            r = x[i]
-            _check_probs(r, f"{what}[{i}]")
-            out.append(_Row(dense=r))
-        return out
+            if bads[i]:
+                raise _nonfinite_error(f"{what}[{i}]", x[i])
+            if not abs(sums[i] - 1.0) <= PROB_SUM_TOLERANCE:
+                raise _sum_error(f"{what}[{i}]", float(sums[i]))
+        return [_Row(dense=x[i]) for i in range(n)]
     if isinstance(x, np.ndarray) or not isinstance(x, Sequence):
         raise ShapeError(f"{what}: expected ({n}, n_vocab) or a sequence of {n} rows; found {getattr(x, 'shape', type(x).__name__)}")
     if len(x) != n:
