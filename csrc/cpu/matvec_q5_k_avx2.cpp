@@ -129,7 +129,6 @@ void matvec_q5_k_avx2(const MatvecArgs &a, int64_t r0, int64_t r1) {
     }
 }
 
-// Precision::I16: the shared x86 kernel (q5k_x86.hpp); see docs/DESIGN.md for its measurements.
-void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1) { matvec_q5_k_i16_x86(a, r0, r1); }
+// Precision::I16 / I24: matvec_q5_k_int_avx2.cpp (built at -O2, see CMakeLists.txt).
 
 }  // namespace lmt::cpu

@@ -60,10 +60,6 @@ void matvec_q5_k_avx512(const MatvecArgs &a, int64_t r0, int64_t r1) {
     }
 }
 
-// Precision::I16: the shared x86 kernel (q5k_x86.hpp) compiled here with AVX-512 enabled: the
-// same source, hence the same exact integer sums and the same f32 expression as the AVX2 TU.
-// (Not executed on the AVX2-only development machine; the byte-parity tests run it where the
-// CPU has AVX-512. A VNNI/512-bit variant would have to keep the canonical lanes (i >> 2) & 7.)
-void matvec_q5_k_i16_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1) { matvec_q5_k_i16_x86(a, r0, r1); }
+// Precision::I16 / I24: matvec_q5_k_int_avx512.cpp (built at -O2, see CMakeLists.txt).
 
 }  // namespace lmt::cpu
