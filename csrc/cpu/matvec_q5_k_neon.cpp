@@ -112,6 +112,20 @@ namespace {
 // RES (Precision::I24): the weight words are centred (sc * (q - 16)); the unsigned residual bytes
 // (natural order) are split into even / odd int16 words exactly as q is split into A / B, so they
 // multiply the same words and land in the same canonical lanes (accumulators Q, reduced like P).
+// Accumulate the four weight-word vectors against four activation-word vectors into the two
+// lane accumulators of one half (p0: words 0-3, p1: words 4-7 of each vector).
+static inline void mlal4(int32x4_t &p0, int32x4_t &p1, int16x8_t A, int16x8_t B, int16x8_t C, int16x8_t D,
+                         int16x8_t xA, int16x8_t xB, int16x8_t xC, int16x8_t xD) {
+    p0 = vmlal_s16(p0, vget_low_s16(A), vget_low_s16(xA));
+    p1 = vmlal_high_s16(p1, A, xA);
+    p0 = vmlal_s16(p0, vget_low_s16(B), vget_low_s16(xB));
+    p1 = vmlal_high_s16(p1, B, xB);
+    p0 = vmlal_s16(p0, vget_low_s16(C), vget_low_s16(xC));
+    p1 = vmlal_high_s16(p1, C, xC);
+    p0 = vmlal_s16(p0, vget_low_s16(D), vget_low_s16(xD));
+    p1 = vmlal_high_s16(p1, D, xD);
+}
+
 template <int TG, bool RES>
 static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
     const int64_t nb = a.cols / LMT_QK_K;
@@ -154,15 +168,7 @@ static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1,
                         const int16_t *xg = a.xq + (t0 + t) * a.cols + b * LMT_QK_K + 64 * g + 8 * h;
                         const int16x8_t xA = vld1q_s16(xg), xB = vld1q_s16(xg + 16);
                         const int16x8_t xC = vld1q_s16(xg + 32), xD = vld1q_s16(xg + 48);
-                        int32x4_t &p0 = P[t][2 * h], &p1 = P[t][2 * h + 1];
-                        p0 = vmlal_s16(p0, vget_low_s16(Ac), vget_low_s16(xA));
-                        p1 = vmlal_high_s16(p1, Ac, xA);
-                        p0 = vmlal_s16(p0, vget_low_s16(Bc), vget_low_s16(xB));
-                        p1 = vmlal_high_s16(p1, Bc, xB);
-                        p0 = vmlal_s16(p0, vget_low_s16(Cc), vget_low_s16(xC));
-                        p1 = vmlal_high_s16(p1, Cc, xC);
-                        p0 = vmlal_s16(p0, vget_low_s16(Dc), vget_low_s16(xD));
-                        p1 = vmlal_high_s16(p1, Dc, xD);
+                        mlal4(P[t][2 * h], P[t][2 * h + 1], Ac, Bc, Cc, Dc, xA, xB, xC, xD);
                         if constexpr (RES) {
                             // Residual bytes (unsigned, natural order) of weights 64g + 16h + l (lo)
                             // and 64g + 32 + 16h + l (hi): even bytes pair with Ac / Cc's words,
@@ -174,15 +180,7 @@ static inline void i16_rows_neon(const MatvecI16Args &a, int64_t r0, int64_t r1,
                             const int16x8_t rB = vreinterpretq_s16_u16(vshrq_n_u16(rl, 8));
                             const int16x8_t rC = vreinterpretq_s16_u16(vandq_u16(rh, lowbyte));
                             const int16x8_t rD = vreinterpretq_s16_u16(vshrq_n_u16(rh, 8));
-                            int32x4_t &q0 = Q[t][2 * h], &q1 = Q[t][2 * h + 1];
-                            q0 = vmlal_s16(q0, vget_low_s16(Ac), vget_low_s16(rA));
-                            q1 = vmlal_high_s16(q1, Ac, rA);
-                            q0 = vmlal_s16(q0, vget_low_s16(Bc), vget_low_s16(rB));
-                            q1 = vmlal_high_s16(q1, Bc, rB);
-                            q0 = vmlal_s16(q0, vget_low_s16(Cc), vget_low_s16(rC));
-                            q1 = vmlal_high_s16(q1, Cc, rC);
-                            q0 = vmlal_s16(q0, vget_low_s16(Dc), vget_low_s16(rD));
-                            q1 = vmlal_high_s16(q1, Dc, rD);
+                            mlal4(Q[t][2 * h], Q[t][2 * h + 1], Ac, Bc, Cc, Dc, rA, rB, rC, rD);
                         }
                     }
                 }

@@ -17,18 +17,24 @@ namespace {
 // Group g (64 weights) takes its 5th bits from qh bit 2g (low nibbles) and 2g+1 (high nibbles).
 // Each is moved to bit 4 with one 16-bit shift and masked: a shift of at most 4 cannot carry a
 // neighbouring byte's bit into bit 4, so no per-byte compare is needed (9 ops per group, was 11;
-// measured 0.62 -> see DESIGN.md).
+// measured 0.62 -> see DESIGN.md). q5k_bit4: group G's 5th bits moved to bit 4 (b_lo for the
+// low nibbles, b_hi for the high ones); only bit 4 of each byte is meaningful.
 template <int G>
-static inline void q5k_split_group(const __m256i ql, const __m256i qh, __m256i &lo, __m256i &hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i bit4 = _mm256_set1_epi8(0x10);
+static inline void q5k_bit4(const __m256i qh, __m256i &b_lo, __m256i &b_hi) {
     constexpr int s_lo = 4 - 2 * G, s_hi = 3 - 2 * G;  // left shift if > 0, right if < 0
-    __m256i b_lo, b_hi;
     if constexpr (s_lo > 0) b_lo = _mm256_slli_epi16(qh, s_lo);
     else if constexpr (s_lo < 0) b_lo = _mm256_srli_epi16(qh, -s_lo);
     else b_lo = qh;
     if constexpr (s_hi > 0) b_hi = _mm256_slli_epi16(qh, s_hi);
     else b_hi = _mm256_srli_epi16(qh, -s_hi);
+}
+
+template <int G>
+static inline void q5k_split_group(const __m256i ql, const __m256i qh, __m256i &lo, __m256i &hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i bit4 = _mm256_set1_epi8(0x10);
+    __m256i b_lo, b_hi;
+    q5k_bit4<G>(qh, b_lo, b_hi);
     lo = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(b_lo, bit4));
     hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(b_hi, bit4));
 }
@@ -40,13 +46,8 @@ template <int G>
 static inline void q5k_split_group_c(const __m256i ql, const __m256i qh, __m256i &lo, __m256i &hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
-    constexpr int s_lo = 4 - 2 * G, s_hi = 3 - 2 * G;
     __m256i b_lo, b_hi;
-    if constexpr (s_lo > 0) b_lo = _mm256_slli_epi16(qh, s_lo);
-    else if constexpr (s_lo < 0) b_lo = _mm256_srli_epi16(qh, -s_lo);
-    else b_lo = qh;
-    if constexpr (s_hi > 0) b_hi = _mm256_slli_epi16(qh, s_hi);
-    else b_hi = _mm256_srli_epi16(qh, -s_hi);
+    q5k_bit4<G>(qh, b_lo, b_hi);
     lo = _mm256_sub_epi8(_mm256_and_si256(ql, m4), _mm256_andnot_si256(b_lo, bit4));
     hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_andnot_si256(b_hi, bit4));
 }

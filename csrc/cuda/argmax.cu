@@ -111,13 +111,7 @@ __global__ void __launch_bounds__(kOneThreads) argmax_one(const float *__restric
     const float *xr = x + (size_t)row * n;
     const int i0 = c * kOneSpan + 4 * threadIdx.x;
     float v[4];
-    if (vec4 && i0 + 3 < n) {
-        const float4 q = __ldg(reinterpret_cast<const float4 *>(xr + i0));
-        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-    } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = i0 + e < n ? xr[i0 + e] : 0.0f;
-    }
+    load4(xr, i0, n, vec4, v);
     uint64_t key = 0ull;
     bool bad = false;
 #pragma unroll

@@ -32,6 +32,17 @@ __device__ __forceinline__ uint64_t select_key(float v, uint32_t idx) {
     return ((uint64_t)value_key(v) << 32) | (uint64_t)(~idx);
 }
 __device__ __forceinline__ uint32_t key_index(uint64_t k) { return ~(uint32_t)k; }
+// Four consecutive values x[i0 .. i0+3] of a row of n: one float4 load when the row is 16-byte
+// aligned (vec4) and all four are in range, else element by element with 0 past the end.
+__device__ __forceinline__ void load4(const float *__restrict__ x, int i0, int n, bool vec4, float v[4]) {
+    if (vec4 && i0 + 3 < n) {
+        const float4 q = __ldg(reinterpret_cast<const float4 *>(x + i0));
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = i0 + e < n ? x[i0 + e] : 0.0f;
+    }
+}
 __device__ __forceinline__ bool nonfinite(float v) { return (__float_as_uint(v) & 0x7F800000u) == 0x7F800000u; }
 
 __device__ __forceinline__ uint64_t warp_max_u64(uint64_t v) {

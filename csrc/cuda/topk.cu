@@ -322,13 +322,7 @@ __global__ void __launch_bounds__(kRsThreads) topk_radix(const float *__restrict
     for (int h = 0; h < kRsPer / 4; ++h) {  // float4 loads, coalesced
         const int i0 = base + h * 4 * kRsThreads + 4 * tid;
         float v[4];
-        if (vec4 && i0 + 3 < n) {
-            const float4 q = __ldg(reinterpret_cast<const float4 *>(xr + i0));
-            v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-        } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) v[e] = i0 + e < n ? xr[i0 + e] : 0.0f;
-        }
+        load4(xr, i0, n, vec4, v);
 #pragma unroll
         for (int e = 0; e < 4; ++e) key[4 * h + e] = i0 + e < n ? select_key(v[e], (uint32_t)(i0 + e)) : 0ull;
     }
