@@ -120,7 +120,7 @@ static inline int xi16_pos(int i) {  // position of weight i (0..255) in its blo
 //   acc[k] = fma((float)L[k], d*dx, acc[k]);  acc[k] = fma((float)R[k], d*dxr, acc[k]);
 //   acc[k] = fma(C[k], xsum[b][k], acc[k]);                           in block order
 //   logit = hsum8(acc)
-// The centring is free on x86: the unpack yields q - 16 as a signed byte (q5k_split_group_c).
+// The centring is free on x86: the unpack yields q - 16 as a signed byte (q5k_split_group<G, true>).
 // Measured (600 x 6656 quantised Gaussian weights, Gaussian x, 3 rows): see docs/DESIGN.md.
 struct MatvecI16Args {
     const uint8_t *w;

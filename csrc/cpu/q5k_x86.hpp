@@ -29,27 +29,23 @@ static inline void q5k_bit4(const __m256i qh, __m256i &b_lo, __m256i &b_hi) {
     else b_hi = _mm256_srli_epi16(qh, -s_hi);
 }
 
-template <int G>
+// CENTRED (Precision::I24) yields q - 16 as SIGNED bytes at the same op count: with n = low nibble
+// and h = 5th bit, q = n + 16h, so q - 16 = n - 16*(1 - h): subtract the bit4 mask where the 5th
+// bit is CLEAR (andnot) instead of or-ing it in where it is set.
+template <int G, bool CENTRED = false>
 static inline void q5k_split_group(const __m256i ql, const __m256i qh, __m256i &lo, __m256i &hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i bit4 = _mm256_set1_epi8(0x10);
     __m256i b_lo, b_hi;
     q5k_bit4<G>(qh, b_lo, b_hi);
-    lo = _mm256_or_si256(_mm256_and_si256(ql, m4), _mm256_and_si256(b_lo, bit4));
-    hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_and_si256(b_hi, bit4));
-}
-
-// Precision::I24: the same unpack yielding q - 16 as SIGNED bytes, at the same op count. With
-// n = low nibble and h = 5th bit, q = n + 16h, so q - 16 = n - 16*(1 - h): subtract the bit4 mask
-// where the 5th bit is CLEAR (andnot) instead of or-ing it in where it is set.
-template <int G>
-static inline void q5k_split_group_c(const __m256i ql, const __m256i qh, __m256i &lo, __m256i &hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i bit4 = _mm256_set1_epi8(0x10);
-    __m256i b_lo, b_hi;
-    q5k_bit4<G>(qh, b_lo, b_hi);
-    lo = _mm256_sub_epi8(_mm256_and_si256(ql, m4), _mm256_andnot_si256(b_lo, bit4));
-    hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m4), _mm256_andnot_si256(b_hi, bit4));
+    const __m256i n_lo = _mm256_and_si256(ql, m4), n_hi = _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    if constexpr (CENTRED) {
+        lo = _mm256_sub_epi8(n_lo, _mm256_andnot_si256(b_lo, bit4));
+        hi = _mm256_sub_epi8(n_hi, _mm256_andnot_si256(b_hi, bit4));
+    } else {
+        lo = _mm256_or_si256(n_lo, _mm256_and_si256(b_lo, bit4));
+        hi = _mm256_or_si256(n_hi, _mm256_and_si256(b_hi, bit4));
+    }
 }
 
 template <int G>
@@ -152,7 +148,7 @@ static inline void i16_group(const lmt_block_q5_K *bk, __m256i qh, const int32_t
     __m256i lo, hi, A, B, C, D;
     if constexpr (RES) {
         // I24: signed bytes q - 16 (|.| <= 16); the pattern is the unsigned vpmaddubsw operand.
-        q5k_split_group_c<G>(ql, qh, lo, hi);
+        q5k_split_group<G, true>(ql, qh, lo, hi);
         A = _mm256_maddubs_epi16(PE0, lo);
         B = _mm256_maddubs_epi16(PO0, lo);
         C = _mm256_maddubs_epi16(PE1, hi);
