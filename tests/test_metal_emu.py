@@ -139,6 +139,29 @@ def test_matvec_zero_copy_offset_view(me):
     assert ops.matvec_q5_k(view, x, backend=EMU).tobytes() == ops.matvec_q5_k(w, x, backend=EMU).tobytes()
 
 
+def test_matvec_result_is_a_view_of_the_shared_buffer(me):
+    # Per-op zero copy out: the logits are a numpy view of the shared buffer's contents (the
+    # array does not own its data; a capsule keeps the buffer alive), equal to the copying entry.
+    import gc
+
+    w = q5k_matrix(40, 512, seed=5)
+    x = np.random.default_rng(2).standard_normal((3, 512)).astype(np.float32)
+    y = ops.matvec_q5_k(w, x, backend=EMU)
+    assert not y.flags.owndata and y.base is not None and y.flags.c_contiguous
+    copied = np.empty((3, 40), np.float32)
+    lmtail._backend.get(EMU).matvec_q5_k(w, 512, x, copied, 0, "auto")
+    assert y.tobytes() == copied.tobytes()
+    row = ops.matvec_q5_k(w, x[1], backend=EMU)  # 1-D input: a view of row 0 of its own buffer
+    assert row.tobytes() == copied[1].tobytes()
+    keep = y[2].copy()
+    ys = [ops.matvec_q5_k(w, x, backend=EMU) for _ in range(20)]  # buffers freed as views die
+    del ys, y
+    gc.collect()
+    assert ops.matvec_q5_k(w, x, backend=EMU)[2].tobytes() == keep.tobytes()
+    with pytest.raises(ValueError):
+        ops.matvec_q5_k(w, x, backend=EMU, isa="sse9")
+
+
 # ---- reductions -----------------------------------------------------------------------------------
 
 

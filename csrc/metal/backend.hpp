@@ -5,8 +5,10 @@
 // "metal") and against the CPU emulator in csrc/emu (namespace lmt::metal_emu, backend
 // "metal-emu"); LMT_METAL_NS selects the namespace.
 //
-// Every op copies its inputs into shared buffers, encodes one concurrent compute encoder with a
-// memoryBarrier(resources) between every dependent pair of dispatches, commits and waits.
+// Every op copies its small inputs into shared buffers (the head weights are wrapped without a
+// copy), encodes one concurrent compute encoder with a memoryBarrier(resources) between every
+// dependent pair of dispatches, commits and waits; the matvec can hand its logits buffer to the
+// caller (matvec_q5_k_shared: a numpy view of contents(), no copy out).
 #pragma once
 
 #include <cstddef>
@@ -49,6 +51,14 @@ void set_library_path(const std::string &path);
 void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
 void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x, int64_t T,
                  float *logits);
+// The same matvec, the logits left in the shared buffer it was computed in (zero-copy): `data`
+// points at its contents (T x rows floats), `keep` owns the buffer (the last owner releases it).
+struct SharedFloats {
+    float *data = nullptr;
+    std::shared_ptr<void> keep;
+};
+SharedFloats matvec_q5_k_shared(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,
+                                int64_t T);
 void scale(float *x, int64_t n, float s);
 void tanh(float *x, int64_t n);
 void softcap(float *x, int64_t n, float s, float cap, bool four_pass);

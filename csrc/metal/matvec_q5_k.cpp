@@ -18,13 +18,12 @@ void encode_matvec_q5_k(Context &c, MTL::ComputeCommandEncoder *enc, View w, Vie
     enc->dispatchThreadgroups(size3((rows + 1) / 2), size3(32, 2));
 }
 
-void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x, int64_t T,
-                 float *logits) {
-    if (rows <= 0 || cols <= 0 || cols % LMT_QK_K != 0 || T < 0)
-        throw lmt::ArgumentError("matvec_q5_k: need rows > 0, cols a positive multiple of 256, T >= 0");
+SharedFloats matvec_q5_k_shared(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,
+                                int64_t T) {
+    if (rows <= 0 || cols <= 0 || cols % LMT_QK_K != 0 || T < 1)
+        throw lmt::ArgumentError("matvec_q5_k: need rows > 0, cols a positive multiple of 256, T >= 1");
     if (row_stride < (size_t)(cols / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES)
         throw lmt::ArgumentError("matvec_q5_k: row stride shorter than a row of blocks");
-    if (T == 0) return;
     Context &c = context();
     std::lock_guard<std::mutex> lk(c.mu);
     const size_t extent = (size_t)(rows - 1) * row_stride + (size_t)(cols / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES;
@@ -35,7 +34,18 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
         encode_matvec_q5_k(c, enc, wb.view(), View{xb.get(), 0}, View{yb.get(), 0}, u32(rows, "rows"),
                            u32(cols, "cols"), u32(T, "T"), u32((int64_t)row_stride, "row stride"));
     });
-    std::memcpy(logits, yb->contents(), (size_t)(T * rows) * sizeof(float));
+    SharedFloats out;
+    out.data = static_cast<float *>(yb->contents());
+    out.keep = std::shared_ptr<void>(new NS::SharedPtr<MTL::Buffer>(std::move(yb)),
+                                     [](void *p) { delete static_cast<NS::SharedPtr<MTL::Buffer> *>(p); });
+    return out;
+}
+
+void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x, int64_t T,
+                 float *logits) {
+    if (T == 0) return;
+    const SharedFloats y = matvec_q5_k_shared(w, rows, cols, row_stride, x, T);
+    std::memcpy(logits, y.data, (size_t)(T * rows) * sizeof(float));
 }
 
 }  // namespace lmt::LMT_METAL_NS

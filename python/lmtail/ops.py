@@ -104,11 +104,17 @@ def matvec_q5_k(
     if x.shape[-1] != cols:
         raise ShapeError(f"x: expected rows of length {cols} (from w's {w.shape[1]} bytes per row); found {x.shape}")
     x2 = x.reshape(-1, cols)
+    threads = threads_arg(threads)
+    if backend != "cpu" and x2.shape[0] > 0 and hasattr(impl, "matvec_q5_k_view"):
+        # Metal: the logits stay in the shared buffer they were computed in; the result is a
+        # numpy view of its contents (no copy out), which keeps the buffer alive.
+        out = impl.matvec_q5_k_view(w, cols, x2, isa)
+        return out[0] if x.ndim == 1 else out
     out = np.empty((x2.shape[0], rows), dtype=np.float32)
     if backend == "cpu":
-        impl.matvec_q5_k(w, cols, x2, out, threads_arg(threads), isa, prec)
+        impl.matvec_q5_k(w, cols, x2, out, threads, isa, prec)
     else:
-        impl.matvec_q5_k(w, cols, x2, out, threads_arg(threads), isa)
+        impl.matvec_q5_k(w, cols, x2, out, threads, isa)
     return out[0] if x.ndim == 1 else out
 
 
