@@ -52,6 +52,26 @@ void check_isa(const std::string &isa) {
         throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon; found '" + isa + "'");
 }
 
+// The checked operands of a matvec call (weights of contiguous rows, x (T, cols) f32).
+struct MatvecIn {
+    const uint8_t *w;
+    int64_t rows, T;
+    size_t stride;
+    const float *x;
+};
+MatvecIn matvec_in(const py::array &w, int64_t cols, const py::array &x, const std::string &isa) {
+    check_isa(isa);
+    if (w.ndim() != 2 || !w.dtype().is(py::dtype::of<uint8_t>()) || w.strides(1) != 1 || w.strides(0) < 0)
+        throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
+    if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
+    const int64_t rows = (int64_t)w.shape(0), row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
+    shape_is(w, "w", {rows, row_bytes});
+    const int64_t T = dim_of(x, 0, "x");
+    shape_is(x, "x", {T, cols});
+    return MatvecIn{static_cast<const uint8_t *>(w.data()), rows, T,
+                    rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes, ptr_of<float>(x, "x", false)};
+}
+
 lmt::emu::Order parse_order(const std::string &s) {
     if (s == "forward") return lmt::emu::Order::Forward;
     if (s == "reverse") return lmt::emu::Order::Reverse;
@@ -121,46 +141,27 @@ void bind_metal(py::module_ &m) {
         "matvec_q5_k",
         [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa) {
             (void)threads;
-            check_isa(isa);
-            if (w.ndim() != 2 || !w.dtype().is(py::dtype::of<uint8_t>()) || w.strides(1) != 1 || w.strides(0) < 0)
-                throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
-            if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
-            const int64_t rows = (int64_t)w.shape(0), row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
-            shape_is(w, "w", {rows, row_bytes});
-            const int64_t T = dim_of(x, 0, "x");
-            shape_is(x, "x", {T, cols});
-            shape_is(out, "out", {T, rows});
-            const float *xp = ptr_of<float>(x, "x", false);
+            const MatvecIn in = matvec_in(w, cols, x, isa);
+            shape_is(out, "out", {in.T, in.rows});
             float *op = ptr_of<float>(out, "out", true);
-            const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
-            const auto *wp = static_cast<const uint8_t *>(w.data());
             py::gil_scoped_release nogil;
-            be::matvec_q5_k(wp, rows, cols, stride, xp, T, op);
+            be::matvec_q5_k(in.w, in.rows, cols, in.stride, in.x, in.T, op);
         },
         py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto");
     e.def(
         "matvec_q5_k_view",
         [](const py::array &w, int64_t cols, const py::array &x, const std::string &isa) {
-            check_isa(isa);
-            if (w.ndim() != 2 || !w.dtype().is(py::dtype::of<uint8_t>()) || w.strides(1) != 1 || w.strides(0) < 0)
-                throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
-            if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
-            const int64_t rows = (int64_t)w.shape(0), row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
-            shape_is(w, "w", {rows, row_bytes});
-            const int64_t T = dim_of(x, 0, "x");
-            shape_is(x, "x", {T, cols});
-            const float *xp = ptr_of<float>(x, "x", false);
-            const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
-            const auto *wp = static_cast<const uint8_t *>(w.data());
+            const MatvecIn in = matvec_in(w, cols, x, isa);
             be::SharedFloats y;
             {
                 py::gil_scoped_release nogil;
-                y = be::matvec_q5_k_shared(wp, rows, cols, stride, xp, T);
+                y = be::matvec_q5_k_shared(in.w, in.rows, cols, in.stride, in.x, in.T);
             }
             // The array views the shared buffer's contents; the capsule keeps the buffer alive.
             auto *keep = new std::shared_ptr<void>(std::move(y.keep));
             py::capsule owner(keep, [](void *p) { delete static_cast<std::shared_ptr<void> *>(p); });
-            return py::array_t<float>({T, rows}, {rows * (int64_t)sizeof(float), (int64_t)sizeof(float)}, y.data, owner);
+            return py::array_t<float>({in.T, in.rows}, {in.rows * (int64_t)sizeof(float), (int64_t)sizeof(float)},
+                                      y.data, owner);
         },
         py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("isa") = "auto",
         "Q5_K matvec whose (T, rows) result is a zero-copy view of the shared logits buffer.");
