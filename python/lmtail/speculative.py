@@ -116,12 +116,14 @@ def _sum_error(what: str, total: float) -> ParameterError:
                           f"{total:.6g} -- pass the chain's probabilities, not logits")
 
 
-def _check_probs(p: np.ndarray, what: str) -> None:
-    total, bad = _core.spec_row_stats(p)
+def _check_probs(p: np.ndarray, what: str, stats=None) -> None:
+    """Raise for a dense row that is not a distribution; ``stats`` = (sum, bad count) when the
+    row was already measured (a batch of rows in one kernel call)."""
+    total, bad = _core.spec_row_stats(p) if stats is None else stats
     if bad:
         raise _nonfinite_error(what, p)
     if not abs(total - 1.0) <= PROB_SUM_TOLERANCE:
-        raise _sum_error(what, total)
+        raise _sum_error(what, float(total))
 
 
 def _check_sparse(rows, label, n_vocab: int, toks: Sequence[int]) -> Optional[list]:
@@ -214,10 +216,7 @@ def _rows(x, n: int, what: str, n_vocab: Optional[int], toks: Sequence[int] = ()
         # Every row checked in one C++ dispatch (row, chunk tasks on the pool); errors in row order.
         sums, bads = _core.spec_rows_stats(x)
         for i in range(n):
-            if bads[i]:
-                raise _nonfinite_error(f"{what}[{i}]", x[i])
-            if not abs(sums[i] - 1.0) <= PROB_SUM_TOLERANCE:
-                raise _sum_error(f"{what}[{i}]", float(sums[i]))
+            _check_probs(x[i], f"{what}[{i}]", (sums[i], bads[i]))
         return [_Row(dense=x[i]) for i in range(n)]
     if isinstance(x, np.ndarray) or not isinstance(x, Sequence):
         raise ShapeError(f"{what}: expected ({n}, n_vocab) or a sequence of {n} rows; found {getattr(x, 'shape', type(x).__name__)}")

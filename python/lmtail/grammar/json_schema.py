@@ -198,18 +198,19 @@ class _RefNode(_Node):
         self.target: _Node | None = None
 
 
-class _AnyOfNode(_Node):
+class _ChildrenNode(_Node):
+    """A node that combines sub-schemas (anyOf / oneOf, allOf)."""
+
+    def __init__(self, children: list[_Node]):
+        self.children = children
+
+
+class _AnyOfNode(_ChildrenNode):
     kind = "anyOf"
 
-    def __init__(self, children: list[_Node]):
-        self.children = children
 
-
-class _AllOfNode(_Node):
+class _AllOfNode(_ChildrenNode):
     kind = "allOf"
-
-    def __init__(self, children: list[_Node]):
-        self.children = children
 
 
 class _ConstNode(_Node):
