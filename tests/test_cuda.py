@@ -18,7 +18,10 @@ pytestmark = pytest.mark.skipif(
 MATVEC_REL = 2e-6
 
 
-@pytest.mark.parametrize("rows,cols,T", [(1, 256, 1), (7, 256, 3), (99, 6656, 8), (4097, 6656, 1), (4097, 1536, 9)])
+@pytest.mark.parametrize(
+    "rows,cols,T",
+    [(1, 256, 1), (7, 256, 3), (99, 6656, 8), (4097, 6656, 1), (4097, 1536, 9), (13, 768, 1), (9, 1280, 1)],
+)
 def test_matvec_and_norm(rows, cols, T):
     q = q5k_matrix(rows, cols, seed=rows)
     x = np.random.default_rng(T).standard_normal((T, cols)).astype(np.float32)
@@ -27,6 +30,53 @@ def test_matvec_and_norm(rows, cols, T):
     assert np.linalg.norm(a - b) <= MATVEC_REL * np.linalg.norm(a) + 1e-30
     g = np.random.default_rng(0).uniform(0.5, 1.5, cols).astype(np.float32)
     assert np.allclose(ops.rms_norm(x, g), ops.rms_norm(x, g, backend="cuda"), rtol=1e-6, atol=1e-7)
+
+
+def _close_elementwise(a, b, q, x):
+    # |a - b| <= MATVEC_REL * (|W| @ |x|) per logit: the normwise bound is meaningless on a handful
+    # of rows, where one cancelling dot product (|sum w x| << sum |w x|) dominates the norm.
+    scale = np.abs(lmtail.dequantize_q5_k(q).astype(np.float64)) @ np.abs(x.astype(np.float64)).T
+    return bool(np.all(np.abs(a.astype(np.float64) - b).T <= MATVEC_REL * scale))
+
+
+@pytest.mark.parametrize("variant", ["i16p2", "i16b1", "s16b1", "a", "v1"])
+@pytest.mark.parametrize("rows,cols", [(1, 256), (13, 768), (9, 1280), (1003, 6656)])
+def test_matvec_t1_variants(monkeypatch, variant, rows, cols):
+    # T = 1 has its own kernels (v4 i16p2 default, v3 s16b1: 2-row streams walked 4 blocks per step,
+    # ragged when 2 * cols / 256 is not a multiple of 4 or rows not of 8); every variant must stay
+    # within the same bound of the CPU's f32 result, and give the same bytes twice.
+    monkeypatch.setenv("LMTAIL_CUDA_MMV", variant)
+    q = q5k_matrix(rows, cols, seed=rows + cols)
+    x = (np.random.default_rng(cols).standard_normal((1, cols)) * 3).astype(np.float32)
+    x[0, ::17] *= 50  # a few large activations: per-block scales on the integer path
+    a = ops.matvec_q5_k(q, x, precision="f32")
+    b = ops.matvec_q5_k(q, x, backend="cuda")
+    assert _close_elementwise(a, b, q, x)
+    if rows >= 1000:
+        assert np.linalg.norm(a - b) <= MATVEC_REL * np.linalg.norm(a)
+    assert np.array_equal(bits(b), bits(ops.matvec_q5_k(q, x, backend="cuda")))
+
+
+@pytest.mark.parametrize("variant", ["i16p2", "s16b1", "a"])
+def test_matvec_t1_nonfinite(monkeypatch, variant):
+    # Non-finite activations (any block) or block scales must give non-finite logits where the CPU's
+    # are, so the greedy latch fires; the integer path carries them through its per-block scale.
+    monkeypatch.setenv("LMTAIL_CUDA_MMV", variant)
+    q = q5k_matrix(37, 1280, seed=5)
+    x = np.random.default_rng(6).standard_normal((1, 1280)).astype(np.float32)
+    for col, val in ((700, np.inf), (3, -np.inf), (1279, np.nan)):
+        xb = x.copy()
+        xb[0, col] = val
+        a = ops.matvec_q5_k(q, xb, precision="f32")
+        b = ops.matvec_q5_k(q, xb, backend="cuda")
+        assert np.array_equal(np.isfinite(a), np.isfinite(b)) and not np.isfinite(b).any()
+    qb = q.copy()
+    qb[11, 176 * 2 : 176 * 2 + 2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)  # d of row 11, block 2
+    a = ops.matvec_q5_k(qb, x, precision="f32")
+    b = ops.matvec_q5_k(qb, x, backend="cuda")
+    assert np.array_equal(np.isfinite(a), np.isfinite(b)) and not np.isfinite(b[0, 11])
+    keep = np.arange(37) != 11
+    assert _close_elementwise(a[:, keep], b[:, keep], qb[keep], x)
 
 
 @pytest.mark.parametrize("n", [1, 7, 99, 1024, 4097, 202048])
