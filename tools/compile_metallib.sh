@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compile every metal/*.metal with Apple's Metal compiler into one metallib: the check that the
 # kernels the emulator runs on Linux are also valid MSL for the real compiler (macOS CI job
-# "macos-metallib"; needs Xcode's Metal toolchain). Same flags as the LMTAIL_METAL_HOST build:
+# "macos-metallib"; needs Xcode's Metal toolchain). Same flags as the Apple build (CMakeLists.txt, LMTAIL_METAL):
 # no fast math (the kernels' non-finite tests and tie rules rely on IEEE semantics), Metal 3.0.
 # Usage: bash tools/compile_metallib.sh [out_dir]   (default build/metallib)
 set -euo pipefail

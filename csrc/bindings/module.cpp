@@ -77,6 +77,7 @@ int64_t dim(const py::array &a, int d, const char *name) {
 
 void bind_sampling(py::module_ &m);  // csrc/bindings/sampling.cpp
 void bind_metal(py::module_ &m);     // csrc/bindings/metal.cpp
+void bind_metal_device(py::module_ &m);  // csrc/bindings/metal_device.cpp
 void bind_cuda(py::module_ &m);      // csrc/bindings/cuda.cpp
 
 PYBIND11_MODULE(_core, m) {
@@ -275,6 +276,7 @@ PYBIND11_MODULE(_core, m) {
 
     bind_sampling(m);
     bind_metal(m);
+    bind_metal_device(m);
     bind_cuda(m);
 
     m.def(

@@ -10,12 +10,17 @@ from .errors import BackendError
 # Backends this build can run. `metal` joins on Apple GPUs, `metal-emu` with the emulator,
 # `cuda` with LMTAIL_CUDA=ON and a GPU; each provides the same _core-style entry points.
 _IMPLS: dict[str, Any] = {"cpu": _core}
-# metal-emu: the Metal kernels (metal/*.metal) and host code (csrc/metal) on the CPU emulator,
-# built by default (LMTAIL_EMU); same entry points as the CPU functions of _core.
-if hasattr(_core, "metal_emu"):
-    from ._metal import MetalEmuBackend
+# metal: the Metal kernels (metal/*.metal) and host code (csrc/metal) on an Apple GPU, built on
+# Apple (LMTAIL_METAL) and listed only where a device and lmtail.metallib load.
+# metal-emu: the same kernels and host code on the CPU emulator, built by default (LMTAIL_EMU).
+# Both have the same entry points as the CPU functions of _core.
+from ._metal import MetalBackend, device_backend
 
-    _IMPLS["metal-emu"] = MetalEmuBackend(_core.metal_emu)
+_metal = device_backend(_core)
+if _metal is not None:
+    _IMPLS["metal"] = _metal
+if hasattr(_core, "metal_emu"):
+    _IMPLS["metal-emu"] = MetalBackend(_core.metal_emu, "metal-emu")
 
 
 # cuda: built with LMTAIL_CUDA=ON; listed only when a device is present.

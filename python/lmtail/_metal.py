@@ -1,30 +1,57 @@
-"""Python glue of the Metal path: the ``metal-emu`` backend object registered in ``_backend``.
+"""Python glue of the Metal path: the backend objects registered in ``_backend``.
 
-The op entry points live in the extension (``lmtail._core.metal_emu``, same signatures as the CPU
-functions of ``lmtail._core``). An op the Metal path does not implement yet raises
-:class:`lmtail.BackendError` when called, never falls back to the CPU silently.
+Both Metal backends run the same host code (csrc/metal) and kernels (metal/*.metal), with entry
+points of the same signatures as the CPU functions of ``lmtail._core``:
+
+* ``metal``: ``lmtail._core.metal``, built on Apple against metal-cpp; the kernels come from
+  ``lmtail.metallib`` next to the extension module. Registered only when a Metal device and the
+  library load (``_core.metal.probe()``).
+* ``metal-emu``: ``lmtail._core.metal_emu``, the same code on the CPU emulator (every platform).
+
+An op the Metal path does not implement raises :class:`lmtail.BackendError` when called, never
+falls back to the CPU silently.
 """
 
 from __future__ import annotations
 
+import os
+
 from .errors import BackendError
 
+_DESCRIPTIONS = {
+    "metal": "metal/*.metal on an Apple GPU",
+    "metal-emu": "metal/*.metal on the CPU emulator",
+}
 
-class MetalEmuBackend:
-    """Forwards to ``lmtail._core.metal_emu``; unknown ops raise BackendError."""
 
-    name = "metal-emu"
+class MetalBackend:
+    """Forwards to one of the Metal extension submodules; unknown ops raise BackendError."""
 
-    def __init__(self, module) -> None:
+    def __init__(self, module, name: str) -> None:
         self._mod = module
+        self.name = name
 
     def __getattr__(self, op: str):
         try:
             return getattr(self._mod, op)
         except AttributeError:
             raise BackendError(
-                f"backend 'metal-emu' has no '{op}' kernel yet (metal/*.metal); use backend='cpu' for this op"
+                f"backend {self.name!r} has no '{op}' kernel yet (metal/*.metal); use backend='cpu' for this op"
             ) from None
 
     def __repr__(self) -> str:
-        return "<lmtail metal-emu backend: metal/*.metal on the CPU emulator>"
+        return f"<lmtail {self.name} backend: {_DESCRIPTIONS.get(self.name, self.name)}>"
+
+
+def device_backend(core) -> "MetalBackend | None":
+    """The ``metal`` backend when this build has it and a device with the kernel library loads.
+
+    ``LMTAIL_DISABLE_METAL=1`` leaves it out (CI runs its trusted tests that way on hosted macOS
+    runners, whose paravirtual GPU is not trusted; the device tests run separately).
+    """
+    mod = getattr(core, "metal", None)
+    if mod is None or os.environ.get("LMTAIL_DISABLE_METAL") == "1":
+        return None
+    mod.set_library_path(os.path.join(os.path.dirname(os.path.abspath(core.__file__)), "lmtail.metallib"))
+    ok, _why = mod.probe()
+    return MetalBackend(mod, "metal") if ok else None

@@ -1,0 +1,338 @@
+// The op bindings of the Metal backend, shared by its two builds: included once per backend
+// namespace (csrc/bindings/metal.cpp: lmt::metal_emu, backend "metal-emu"; csrc/bindings/
+// metal_device.cpp: lmt::metal, backend "metal") after `be` names that namespace, so both
+// modules expose exactly the same entry points with the _core CPU signatures (lmtail.ops and
+// lmtail.Head run on either unchanged; `threads` and `isa` are accepted and ignored).
+//
+// Requires, before inclusion: <pybind11/numpy.h>, <pybind11/pybind11.h>, <pybind11/stl.h>,
+// "lmtail/cpu.hpp", "metal/backend.hpp" for the namespace, and `namespace be = lmt::<ns>;`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+// An anonymous namespace: each including translation unit binds its own `be`.
+namespace {
+
+template <typename T>
+T *ptr_of(const py::array &a, const char *name, bool writable) {
+    if (!a.dtype().is(py::dtype::of<T>()))
+        throw py::type_error(std::string(name) + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) +
+                             ", found " + std::string(py::str(a.dtype())));
+    if (!(a.flags() & py::array::c_style)) throw py::type_error(std::string(name) + ": expected a C-contiguous array");
+    if (writable && !a.writeable()) throw py::type_error(std::string(name) + ": expected a writable array");
+    return static_cast<T *>(const_cast<void *>(a.data()));
+}
+
+inline void shape_is(const py::array &a, const char *name, std::initializer_list<int64_t> shape) {
+    bool ok = a.ndim() == (py::ssize_t)shape.size();
+    int d = 0;
+    for (int64_t s : shape) ok = ok && a.shape(d++) == s;
+    if (!ok) throw lmt::ArgumentError(std::string(name) + ": unexpected shape");
+}
+
+inline int64_t dim_of(const py::array &a, int d, const char *name) {
+    if (a.ndim() <= d) throw lmt::ArgumentError(std::string(name) + ": too few dimensions");
+    return (int64_t)a.shape(d);
+}
+
+inline void check_isa(const std::string &isa) {
+    if (isa != "auto" && isa != "scalar" && isa != "avx2" && isa != "avx512" && isa != "neon")
+        throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon; found '" + isa + "'");
+}
+
+// The checked operands of a matvec call (weights of contiguous rows, x (T, cols) f32).
+struct MatvecIn {
+    const uint8_t *w;
+    int64_t rows, T;
+    size_t stride;
+    const float *x;
+};
+inline MatvecIn matvec_in(const py::array &w, int64_t cols, const py::array &x, const std::string &isa) {
+    check_isa(isa);
+    if (w.ndim() != 2 || !w.dtype().is(py::dtype::of<uint8_t>()) || w.strides(1) != 1 || w.strides(0) < 0)
+        throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
+    if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
+    const int64_t rows = (int64_t)w.shape(0), row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
+    shape_is(w, "w", {rows, row_bytes});
+    const int64_t T = dim_of(x, 0, "x");
+    shape_is(x, "x", {T, cols});
+    return MatvecIn{static_cast<const uint8_t *>(w.data()), rows, T,
+                    rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes, ptr_of<float>(x, "x", false)};
+}
+
+inline uint32_t barrier_mask(const std::vector<std::string> &names) {
+    uint32_t m = 0;
+    for (const auto &n : names) {
+        if (n == "all") {
+            m = 0xFFFFFFFFu;
+            continue;
+        }
+        bool found = false;
+        for (const auto &[name, bit] : be::barrier_names())
+            if (name == n) {
+                m |= bit;
+                found = true;
+            }
+        if (!found) throw lmt::ArgumentError("skip_barriers: unknown barrier '" + n + "'");
+    }
+    return m;
+}
+
+
+// Every op, the whole-tail graph and the host-code debug switches, on submodule `e`.
+inline void bind_ops(py::module_ &e) {
+    // ---- ops: the _core CPU signatures ----
+    e.def(
+        "rms_norm",
+        [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
+            const int64_t T = dim_of(x, 0, "x"), cols = dim_of(x, 1, "x");
+            shape_is(x, "x", {T, cols});
+            shape_is(out, "out", {T, cols});
+            const float *xp = ptr_of<float>(x, "x", false);
+            float *op = ptr_of<float>(out, "out", true);
+            const float *gp = nullptr;
+            py::array g;
+            if (!gamma.is_none()) {
+                g = gamma.cast<py::array>();
+                shape_is(g, "gamma", {cols});
+                gp = ptr_of<float>(g, "gamma", false);
+            }
+            py::gil_scoped_release nogil;
+            be::rms_norm(xp, gp, op, T, cols, eps);
+        },
+        py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
+    e.def(
+        "matvec_q5_k",
+        [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa) {
+            (void)threads;
+            const MatvecIn in = matvec_in(w, cols, x, isa);
+            shape_is(out, "out", {in.T, in.rows});
+            float *op = ptr_of<float>(out, "out", true);
+            py::gil_scoped_release nogil;
+            be::matvec_q5_k(in.w, in.rows, cols, in.stride, in.x, in.T, op);
+        },
+        py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto");
+    e.def(
+        "matvec_q5_k_view",
+        [](const py::array &w, int64_t cols, const py::array &x, const std::string &isa) {
+            const MatvecIn in = matvec_in(w, cols, x, isa);
+            be::SharedFloats y;
+            {
+                py::gil_scoped_release nogil;
+                y = be::matvec_q5_k_shared(in.w, in.rows, cols, in.stride, in.x, in.T);
+            }
+            // The array views the shared buffer's contents; the capsule keeps the buffer alive.
+            auto *keep = new std::shared_ptr<void>(std::move(y.keep));
+            py::capsule owner(keep, [](void *p) { delete static_cast<std::shared_ptr<void> *>(p); });
+            return py::array_t<float>({in.T, in.rows}, {in.rows * (int64_t)sizeof(float), (int64_t)sizeof(float)},
+                                      y.data, owner);
+        },
+        py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("isa") = "auto",
+        "Q5_K matvec whose (T, rows) result is a zero-copy view of the shared logits buffer.");
+    e.def(
+        "scale",
+        [](py::array &x, float s, int) {
+            float *p = ptr_of<float>(x, "x", true);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            be::scale(p, n, s);
+        },
+        py::arg("x"), py::arg("s"), py::arg("threads") = 0);
+    e.def(
+        "tanh",
+        [](py::array &x, int) {
+            float *p = ptr_of<float>(x, "x", true);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            be::tanh(p, n);
+        },
+        py::arg("x"), py::arg("threads") = 0);
+    e.def(
+        "softcap",
+        [](py::array &x, float s, float cap, bool four_pass, int) {
+            float *p = ptr_of<float>(x, "x", true);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            be::softcap(p, n, s, cap, four_pass);
+        },
+        py::arg("x"), py::arg("s"), py::arg("cap"), py::arg("four_pass") = true, py::arg("threads") = 0);
+    // Host-side scan of the shared buffer (Route A's fail-closed check runs on the CPU by design).
+    e.def(
+        "all_finite",
+        [](const py::array &x, int threads) {
+            const float *p = ptr_of<float>(x, "x", false);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            return lmt::cpu::all_finite(p, n, threads);
+        },
+        py::arg("x"), py::arg("threads") = 0);
+    e.def(
+        "argmax_rows",
+        [](const py::array &x, py::array &out, int) {
+            const int64_t R = dim_of(x, 0, "x"), n = dim_of(x, 1, "x");
+            shape_is(x, "x", {R, n});
+            shape_is(out, "out", {R});
+            const float *xp = ptr_of<float>(x, "x", false);
+            uint32_t *op = ptr_of<uint32_t>(out, "out", true);
+            py::gil_scoped_release nogil;
+            be::argmax_rows(xp, R, n, op);
+        },
+        py::arg("x"), py::arg("out"), py::arg("threads") = 0);
+    e.def(
+        "greedy_argmax_rows",
+        [](const py::array &x, const py::array &excluded, py::array &out, int) {
+            const int64_t R = dim_of(x, 0, "x"), n = dim_of(x, 1, "x");
+            shape_is(x, "x", {R, n});
+            shape_is(out, "out", {R});
+            if (excluded.ndim() != 1) throw lmt::ArgumentError("excluded: expected a 1-D array");
+            const float *xp = ptr_of<float>(x, "x", false);
+            const uint32_t *ep = ptr_of<uint32_t>(excluded, "excluded", false);
+            const int64_t ne = (int64_t)excluded.shape(0);
+            for (int64_t i = 0; i < ne; ++i)
+                if ((int64_t)ep[i] >= n)
+                    throw lmt::ArgumentError("excluded: token id " + std::to_string(ep[i]) + " out of range [0, " +
+                                             std::to_string(n) + ")");
+            uint32_t *op = ptr_of<uint32_t>(out, "out", true);
+            py::gil_scoped_release nogil;
+            be::greedy_argmax_rows(xp, R, n, ep, ne, op);
+        },
+        py::arg("x"), py::arg("excluded"), py::arg("out"), py::arg("threads") = 0);
+    e.def(
+        "topk_rows",
+        [](const py::array &x, int64_t k, py::array &ids, py::array &values, int) {
+            const int64_t R = dim_of(x, 0, "x"), n = dim_of(x, 1, "x");
+            shape_is(x, "x", {R, n});
+            shape_is(ids, "ids", {R, k});
+            shape_is(values, "values", {R, k});
+            const float *xp = ptr_of<float>(x, "x", false);
+            uint32_t *ip = ptr_of<uint32_t>(ids, "ids", true);
+            float *vp = ptr_of<float>(values, "values", true);
+            py::gil_scoped_release nogil;
+            be::topk_rows(xp, R, n, k, ip, vp);
+        },
+        py::arg("x"), py::arg("k"), py::arg("ids"), py::arg("values"), py::arg("threads") = 0);
+
+    // ---- the whole tail as one graph ----
+    e.def(
+        "head_greedy",
+        [](const py::array &w, int64_t cols, const py::object &gamma, const py::array &hidden, float eps, float scale,
+           float cap, const py::array &excluded, py::object logits_out, bool raw, const py::object &embed,
+           bool logits_view) {
+            if (w.ndim() != 2 || !w.dtype().is(py::dtype::of<uint8_t>()) || w.strides(1) != 1)
+                throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
+            be::HeadArgs a;
+            a.rows = (int64_t)w.shape(0);
+            a.cols = cols;
+            if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
+            const int64_t row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
+            shape_is(w, "w", {a.rows, row_bytes});
+            a.row_stride = a.rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
+            a.w = static_cast<const uint8_t *>(w.data());
+            a.T = dim_of(hidden, 0, "hidden");
+            shape_is(hidden, "hidden", {a.T, cols});
+            a.hidden = ptr_of<float>(hidden, "hidden", false);
+            py::array g, em;
+            if (!gamma.is_none()) {
+                g = gamma.cast<py::array>();
+                shape_is(g, "gamma", {cols});
+                a.gamma = ptr_of<float>(g, "gamma", false);
+            }
+            a.eps = eps;
+            a.scale = scale;
+            a.cap = cap;
+            a.excluded = ptr_of<uint32_t>(excluded, "excluded", false);
+            a.n_excluded = (int64_t)excluded.size();
+            for (int64_t i = 0; i < a.n_excluded; ++i)
+                if ((int64_t)a.excluded[i] >= a.rows) throw lmt::ArgumentError("excluded: token id out of range");
+            float *lp = nullptr;
+            py::array lo;
+            if (!logits_out.is_none()) {
+                lo = logits_out.cast<py::array>();
+                shape_is(lo, "logits_out", {a.T, a.rows});
+                lp = ptr_of<float>(lo, "logits_out", true);
+            }
+            py::array_t<float> emb_out;
+            if (!embed.is_none()) {
+                em = embed.cast<py::array>();
+                a.embed_rows = dim_of(em, 0, "embed");
+                a.embed_dim = dim_of(em, 1, "embed");
+                shape_is(em, "embed", {a.embed_rows, a.embed_dim});
+                a.embed = ptr_of<float>(em, "embed", false);
+                emb_out = py::array_t<float>({a.T, a.embed_dim});
+            }
+            py::array_t<uint32_t> result(a.T);
+            uint32_t *rp = result.mutable_data();
+            float *ep = a.embed ? emb_out.mutable_data() : nullptr;
+            be::SharedView view;
+            {
+                py::gil_scoped_release nogil;
+                be::head_greedy(a, lp, rp, ep, raw, logits_view ? &view : nullptr);
+            }
+            py::object gathered = a.embed ? py::object(emb_out) : py::object(py::none());
+            py::object lv = py::none();
+            if (view.data) {
+                // A numpy array over the shared buffer's contents(), no copy; the capsule owns the
+                // buffer reference. Read-only: the published distribution is not for writing.
+                auto *owner = new std::shared_ptr<void>(std::move(view.owner));
+                py::capsule base(owner, [](void *p) { delete static_cast<std::shared_ptr<void> *>(p); });
+                py::array_t<float> arr({a.T, a.rows}, {a.rows * (py::ssize_t)sizeof(float), (py::ssize_t)sizeof(float)},
+                                       static_cast<float *>(view.data), base);
+                py::detail::array_proxy(arr.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+                lv = arr;
+            }
+            return py::tuple(py::make_tuple(result, gathered, lv));
+        },
+        py::arg("w"), py::arg("cols"), py::arg("gamma"), py::arg("hidden"), py::arg("eps"), py::arg("scale"),
+        py::arg("cap"), py::arg("excluded"), py::arg("logits_out") = py::none(), py::arg("raw") = false,
+        py::arg("embed") = py::none(), py::arg("logits_view") = false,
+        "The tail as one concurrent-encoder graph. Returns (result slots uint32 (T,), gathered embedding rows or "
+        "None, logits: a read-only zero-copy view of the retained shared logits buffer when logits_view, else None).");
+
+    e.def(
+        "set_debug",
+        [](const std::vector<std::string> &skip_barriers, int64_t plant_nan) {
+            be::debug().skip_barriers = barrier_mask(skip_barriers);
+            be::debug().plant_nan = plant_nan;
+        },
+        py::arg("skip_barriers") = std::vector<std::string>{}, py::arg("plant_nan") = -1,
+        "Debug switches of the host code: barriers to omit (names from barrier_names(), or 'all'), and an index "
+        "of the head graph's logits to overwrite with NaN after the head (-1: none).");
+    e.def("barrier_names", [] {
+        std::vector<std::string> v;
+        for (const auto &[n, bit] : be::barrier_names()) v.push_back(n);
+        return v;
+    });
+    e.def("device_name", &be::device_name);
+    e.def(
+        "dispatch",
+        [](const std::string &kernel, std::vector<uint32_t> groups, std::vector<uint32_t> threads, const py::dict &bufs) {
+            while (groups.size() < 3) groups.push_back(1);
+            while (threads.size() < 3) threads.push_back(1);
+            std::vector<be::RawArg> args;
+            std::vector<py::array> keep;
+            std::vector<std::string> byte_keep;
+            byte_keep.reserve(bufs.size());
+            for (auto item : bufs) {
+                const int index = item.first.cast<int>();
+                if (py::isinstance<py::bytes>(item.second)) {
+                    byte_keep.push_back(item.second.cast<std::string>());
+                    args.push_back({index, (void *)byte_keep.back().data(), byte_keep.back().size(), true, false});
+                } else {
+                    py::array a = item.second.cast<py::array>();
+                    if (!(a.flags() & py::array::c_style)) throw py::type_error("dispatch: arrays must be C-contiguous");
+                    keep.push_back(a);
+                    args.push_back({index, const_cast<void *>(a.data()), (size_t)a.nbytes(), false, a.writeable()});
+                }
+            }
+            py::gil_scoped_release nogil;
+            be::dispatch_raw(kernel, groups.data(), threads.data(), args);
+        },
+        py::arg("kernel"), py::arg("groups"), py::arg("threads"), py::arg("buffers"),
+        "Run one kernel: buffers maps a buffer index to a numpy array (copied in; copied back when writable) or "
+        "bytes (setBytes).");
+}
+
+}  // namespace

@@ -1,0 +1,2 @@
+#pragma once
+typedef struct CGColorSpace *CGColorSpaceRef;

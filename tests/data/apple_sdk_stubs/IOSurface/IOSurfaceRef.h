@@ -1,0 +1,2 @@
+#pragma once
+typedef struct __IOSurface *IOSurfaceRef;
