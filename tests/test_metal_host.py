@@ -136,9 +136,13 @@ class _FakeMetalModule:
     def __init__(self, ok: bool):
         self.ok = ok
         self.library = None
+        self.sources = None
 
     def set_library_path(self, path: str) -> None:
         self.library = path
+
+    def set_source_dir(self, kernels: str, include: str) -> None:
+        self.sources = (kernels, include)
 
     def probe(self):
         return (True, "Apple M2 Max") if self.ok else (False, "Metal: no device")
@@ -168,6 +172,93 @@ def test_device_backend_registration_logic(tmp_path, monkeypatch):
     core.metal = _FakeMetalModule(ok=True)
     be = device_backend(core)
     assert be is not None and be.name == "metal" and "Apple GPU" in repr(be)
+    # No metallib next to the module: from a checkout, the kernels are compiled from source.
+    from lmtail._metal import _checkout_sources
+
+    assert core.metal.sources == _checkout_sources()
+    (tmp_path / "lmtail.metallib").write_bytes(b"MTLB")
+    core.metal = _FakeMetalModule(ok=True)
+    device_backend(core)
+    assert core.metal.sources is None  # a built metallib always wins
     assert be.argmax_rows() == "ran"
     with pytest.raises(BackendError, match="'metal' has no 'layer_norm'"):
         be.layer_norm
+
+
+# ---- the compile-from-source fallback of the host code, run through metal-emu ----------------
+# The device context is created once per process, so every case runs in a fresh interpreter.
+
+
+def _emu_script(body: str) -> subprocess.CompletedProcess:
+    code = (
+        "import numpy as np, lmtail\n"
+        "from lmtail import _core\n"
+        "m = _core.metal_emu\n" + body
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+needs_emu = pytest.mark.skipif(
+    not hasattr(__import__("lmtail")._core, "metal_emu"), reason="built without LMTAIL_EMU"
+)
+
+
+@needs_emu
+def test_source_fallback_compiles_every_kernel_file(tmp_path):
+    r = _emu_script(
+        f"m.set_library_path({str(tmp_path / 'absent.metallib')!r})\n"
+        f"m.set_source_dir({str(ROOT / 'metal')!r}, {str(ROOT / 'csrc' / 'include')!r})\n"
+        "x = np.random.default_rng(0).standard_normal((3, 4097)).astype(np.float32)\n"
+        "assert (lmtail.ops.argmax(x, backend='metal-emu') == lmtail.ops.argmax(x)).all()\n"
+        "w = lmtail.quantize_q5_k(np.random.default_rng(1).standard_normal((64, 512)).astype(np.float32))\n"
+        "h = np.random.default_rng(2).standard_normal((1, 512)).astype(np.float32)\n"
+        "y = lmtail.ops.matvec_q5_k(w, h, backend='metal-emu')\n"
+        "assert np.allclose(y, lmtail.ops.matvec_q5_k(w, h, precision='f32'), rtol=1e-5, atol=1e-5)\n"
+        "g = np.ones(4097, np.float32)\n"
+        "assert np.allclose(lmtail.ops.rms_norm(x, g, backend='metal-emu'), lmtail.ops.rms_norm(x, g), rtol=1e-6)\n"
+        "c = lmtail.ops.softcap(x, 0.5, 30.0, backend='metal-emu')\n"
+        "assert np.allclose(c, lmtail.ops.softcap(x, 0.5, 30.0), rtol=1e-6, atol=1e-6)\n"
+        "i, v = lmtail.ops.topk(x, 40, backend='metal-emu')\n"
+        "assert (i == lmtail.ops.topk(x, 40)[0]).all()\n"
+        "assert (lmtail.ops.greedy_argmax(x, backend='metal-emu') == lmtail.ops.greedy_argmax(x)).all()\n"
+        "print(m.library_origin())\n"
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    n = len(list((ROOT / "metal").glob("*.metal")))
+    assert r.stdout.strip() == f"source:{n} files from {ROOT / 'metal'}"
+
+
+@needs_emu
+def test_source_fallback_offers_only_what_the_sources_declare(tmp_path):
+    # A kernels directory holding argmax.metal alone: argmax runs, the matvec's pipeline is
+    # missing, which shows each file becomes its own library and lookups search them all.
+    (tmp_path / "k").mkdir()
+    shutil.copy(ROOT / "metal" / "argmax.metal", tmp_path / "k" / "argmax.metal")
+    r = _emu_script(
+        f"m.set_source_dir({str(tmp_path / 'k')!r}, {str(ROOT / 'csrc' / 'include')!r})\n"
+        "x = np.arange(10, dtype=np.float32)[None, :]\n"
+        "assert lmtail.ops.argmax(x, backend='metal-emu')[0] == 9\n"
+        "w = np.zeros((1, 176), np.uint8); h = np.zeros((1, 256), np.float32)\n"
+        "try:\n"
+        "    lmtail.ops.matvec_q5_k(w, h, backend='metal-emu')\n"
+        "except lmtail.LmtailError as e:\n"
+        "    print('missing:', e)\n"
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "missing:" in r.stdout and "mul_mv_q5_K_f32" in r.stdout, r.stdout
+
+
+@needs_emu
+@pytest.mark.parametrize("case", ["no_headers", "no_sources"])
+def test_source_fallback_fails_with_a_clear_error(tmp_path, case):
+    kernels = ROOT / "metal" if case == "no_headers" else tmp_path
+    r = _emu_script(
+        f"m.set_source_dir({str(kernels)!r}, {str(tmp_path / 'nowhere')!r})\n"
+        "try:\n"
+        "    m.device_name()\n"
+        "except lmtail.LmtailError as e:\n"
+        "    print('error:', e)\n"
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    want = "cannot read kernel source" if case == "no_headers" else "no *.metal in"
+    assert "error:" in r.stdout and want in r.stdout, r.stdout

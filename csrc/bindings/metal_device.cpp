@@ -28,8 +28,6 @@ void bind_metal_device(py::module_ &m) {
     py::module_ e = m.def_submodule("metal", "Metal backend on an Apple GPU (backend 'metal')");
     e.attr("NAME") = "metal";
     bind_ops(e);
-    e.def("set_library_path", &be::set_library_path, py::arg("path"),
-          "Where the kernel library (lmtail.metallib) is; read when the device context is first created.");
     e.def(
         "probe",
         []() -> std::pair<bool, std::string> {

@@ -306,6 +306,13 @@ inline void bind_ops(py::module_ &e) {
         return v;
     });
     e.def("device_name", &be::device_name);
+    e.def("set_library_path", &be::set_library_path, py::arg("path"),
+          "Where the kernel library (lmtail.metallib) is; read when the device context is first created.");
+    e.def("set_source_dir", &be::set_source_dir, py::arg("kernels_dir"), py::arg("include_dir"),
+          "Development fallback, read when the context is first created: without a metallib at the library "
+          "path, compile every kernels_dir/*.metal at run time (lmtail headers inlined from include_dir).");
+    e.def("library_origin", &be::library_origin,
+          "Where the context's kernels came from: 'metallib:<path>' or 'source:<n> files from <dir>'.");
     e.def(
         "dispatch",
         [](const std::string &kernel, std::vector<uint32_t> groups, std::vector<uint32_t> threads, const py::dict &bufs) {

@@ -2,6 +2,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -101,7 +103,9 @@ Buffer *Device::newBuffer(const void *p, NS::UInteger length, ResourceOptions, s
 NS::String *Function::name() const { return NS::String::string(info_->name, NS::UTF8StringEncoding); }
 
 Function *Library::newFunction(const NS::String *name) {
-    const KernelInfo *k = lmt::emu::find_kernel(name->utf8String());
+    const std::string n = name->utf8String();
+    if (from_source_ && std::find(declared_.begin(), declared_.end(), n) == declared_.end()) return nullptr;
+    const KernelInfo *k = lmt::emu::find_kernel(n);
     if (!k) return nullptr;
     auto *f = new Function();
     f->info_ = k;
@@ -112,6 +116,39 @@ Library *Device::newLibrary(const NS::String *filepath, NS::Error **error) {
     if (error) *error = nullptr;
     auto *l = new Library();
     l->path_ = filepath ? filepath->utf8String() : "";
+    return l;
+}
+Library *Device::newLibrary(const NS::String *source, const CompileOptions *options, NS::Error **error) {
+    if (error) *error = nullptr;
+    auto fail = [&](const std::string &msg) -> Library * {
+        if (error) *error = (new NS::Error(msg.c_str()))->autorelease();
+        return nullptr;
+    };
+    const std::string text = source ? source->utf8String() : "";
+    if (!options || options->fastMathEnabled())
+        return fail("metal-emu: compile the kernels with fast math off (MTL::CompileOptions::setFastMathEnabled(false))");
+    // Only <...> system headers resolve in a library built from a string: Metal has no include
+    // path for newLibraryWithSource, so the host code must inline lmtail's own headers.
+    for (size_t at = text.find("#include"); at != std::string::npos; at = text.find("#include", at + 8)) {
+        const size_t q = text.find_first_not_of(" \t", at + 8);
+        if (q != std::string::npos && text[q] == '"') {
+            const size_t e = text.find('"', q + 1);
+            return fail("metal-emu: file not found: " + text.substr(q + 1, e == std::string::npos ? 40 : e - q - 1));
+        }
+    }
+    auto *l = new Library();
+    l->from_source_ = true;
+    for (size_t at = text.find("kernel void "); at != std::string::npos; at = text.find("kernel void ", at + 12)) {
+        size_t b = at + 12;
+        while (b < text.size() && text[b] == ' ') ++b;
+        size_t e = b;
+        while (e < text.size() && (std::isalnum((unsigned char)text[e]) || text[e] == '_')) ++e;
+        if (e > b) l->declared_.push_back(text.substr(b, e - b));
+    }
+    if (l->declared_.empty()) {
+        l->release();
+        return fail("metal-emu: the source declares no kernel");
+    }
     return l;
 }
 Library *Device::newDefaultLibrary() { return new Library(); }

@@ -43,10 +43,18 @@ struct Debug {
 };
 Debug &debug();
 
-// Device name, and the metallib path (ignored by the emulator, which runs the kernels compiled
-// into this binary from metal/*.metal).
+// Device name, and where the kernels come from; both read when the device context is first
+// created. The metallib at `path` when that file exists; otherwise, when a source directory is
+// set (development: a checkout whose metallib was not built), every kernels_dir/*.metal compiled
+// at run time (one library per file, fast math off, `#include "lmtail/..."` inlined from
+// include_dir since a library built from a string has no include path). The emulator runs the
+// kernels compiled into this binary either way; from source it offers only the kernels the
+// source declares.
 std::string device_name();
 void set_library_path(const std::string &path);
+void set_source_dir(const std::string &kernels_dir, const std::string &include_dir);
+// Where the context's kernels came from: "metallib:<path>" or "source:<n> files from <dir>".
+std::string library_origin();
 
 void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
 void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x, int64_t T,

@@ -5,10 +5,16 @@
 #endif
 #include "metal/context.hpp"
 
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 
 namespace lmt::LMT_METAL_NS {
 
@@ -16,6 +22,61 @@ namespace {
 std::string &library_path() {
     static std::string p = "lmtail.metallib";
     return p;
+}
+std::pair<std::string, std::string> &source_dirs() {
+    static std::pair<std::string, std::string> d;
+    return d;
+}
+
+bool is_file(const std::string &path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string read_text(const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw lmt::Error("Metal: cannot read kernel source " + path);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+// `#include "x"` lines replaced by include_dir/x (each header once per file, as its include
+// guard would have it); <...> includes are the Metal standard library and stay.
+std::string inline_includes(const std::string &text, const std::string &include_dir, std::set<std::string> &seen,
+                            int depth) {
+    if (depth > 8) throw lmt::Error("Metal: kernel source includes nest deeper than 8");
+    std::istringstream in(text);
+    std::string out, line;
+    while (std::getline(in, line)) {
+        const size_t h = line.find_first_not_of(" \t");
+        if (h != std::string::npos && line.compare(h, 8, "#include") == 0) {
+            const size_t q = line.find('"', h + 8);
+            const size_t e = q == std::string::npos ? q : line.find('"', q + 1);
+            if (q != std::string::npos && e != std::string::npos) {
+                const std::string name = line.substr(q + 1, e - q - 1);
+                if (seen.insert(name).second)
+                    out += inline_includes(read_text(include_dir + "/" + name), include_dir, seen, depth + 1);
+                continue;
+            }
+        }
+        out += line;
+        out += '\n';
+    }
+    return out;
+}
+
+std::vector<std::string> metal_sources(const std::string &dir) {
+    std::vector<std::string> files;
+    if (DIR *d = ::opendir(dir.c_str())) {
+        while (const dirent *e = ::readdir(d)) {
+            const std::string n = e->d_name;
+            if (n.size() > 6 && n.compare(n.size() - 6, 6, ".metal") == 0) files.push_back(dir + "/" + n);
+        }
+        ::closedir(d);
+    }
+    std::sort(files.begin(), files.end());  // a fixed order: pipeline lookup is deterministic
+    return files;
 }
 }  // namespace
 
@@ -35,19 +96,53 @@ Debug &debug() {
 }
 
 void set_library_path(const std::string &path) { library_path() = path; }
+void set_source_dir(const std::string &kernels_dir, const std::string &include_dir) {
+    source_dirs() = {kernels_dir, include_dir};
+}
 
 Context::Context() {
     device_ = NS::TransferPtr(MTL::CreateSystemDefaultDevice());
     if (!device_) throw lmt::Error("Metal: no device");
     queue_ = NS::TransferPtr(device_->newCommandQueue());
+    const auto &[kernels_dir, include_dir] = source_dirs();
+    if (!kernels_dir.empty() && !is_file(library_path())) load_sources(kernels_dir, include_dir);
+    else load_metallib(library_path());
+}
+
+void Context::load_metallib(const std::string &path) {
     NS::AutoreleasePool *pool = NS::AutoreleasePool::alloc()->init();
     NS::Error *err = nullptr;
-    library_ = NS::TransferPtr(
-        device_->newLibrary(NS::String::string(library_path().c_str(), NS::UTF8StringEncoding), &err));
+    NS::SharedPtr<MTL::Library> lib =
+        NS::TransferPtr(device_->newLibrary(NS::String::string(path.c_str(), NS::UTF8StringEncoding), &err));
     std::string msg = err ? err->localizedDescription()->utf8String() : "";
     pool->release();
-    if (!library_) throw lmt::Error("Metal: cannot load the kernel library " + library_path() + ": " + msg);
+    if (!lib) throw lmt::Error("Metal: cannot load the kernel library " + path + ": " + msg);
+    libraries_.push_back(lib);
+    origin = "metallib:" + path;
 }
+
+void Context::load_sources(const std::string &kernels_dir, const std::string &include_dir) {
+    const std::vector<std::string> files = metal_sources(kernels_dir);
+    if (files.empty()) throw lmt::Error("Metal: no kernel library at " + library_path() + " and no *.metal in " + kernels_dir);
+    NS::SharedPtr<MTL::CompileOptions> opts = NS::TransferPtr(MTL::CompileOptions::alloc()->init());
+    opts->setFastMathEnabled(false);  // as the metallib build: IEEE non-finite tests and tie rules
+    opts->setLanguageVersion(MTL::LanguageVersion3_0);
+    for (const std::string &file : files) {
+        std::set<std::string> seen;
+        const std::string text = inline_includes(read_text(file), include_dir, seen, 0);
+        NS::AutoreleasePool *pool = NS::AutoreleasePool::alloc()->init();
+        NS::Error *err = nullptr;
+        NS::SharedPtr<MTL::Library> lib = NS::TransferPtr(
+            device_->newLibrary(NS::String::string(text.c_str(), NS::UTF8StringEncoding), opts.get(), &err));
+        std::string msg = err ? err->localizedDescription()->utf8String() : "";
+        pool->release();
+        if (!lib) throw lmt::Error("Metal: cannot compile " + file + ": " + msg);
+        libraries_.push_back(lib);
+    }
+    origin = "source:" + std::to_string(files.size()) + " files from " + kernels_dir;
+}
+
+std::string library_origin() { return context().origin; }
 
 Context &context() {
     static Context c;
@@ -65,8 +160,11 @@ MTL::ComputePipelineState *Context::pipeline(const std::string &name) {
     auto it = pipelines_.find(name);
     if (it != pipelines_.end()) return it->second.get();
     NS::AutoreleasePool *pool = NS::AutoreleasePool::alloc()->init();
-    NS::SharedPtr<MTL::Function> fn =
-        NS::TransferPtr(library_->newFunction(NS::String::string(name.c_str(), NS::UTF8StringEncoding)));
+    NS::SharedPtr<MTL::Function> fn;
+    for (const auto &lib : libraries_) {
+        fn = NS::TransferPtr(lib->newFunction(NS::String::string(name.c_str(), NS::UTF8StringEncoding)));
+        if (fn) break;
+    }
     NS::Error *err = nullptr;
     MTL::ComputePipelineState *p = fn ? device_->newComputePipelineState(fn.get(), &err) : nullptr;
     std::string msg = err ? err->localizedDescription()->utf8String() : "no such function in the library";

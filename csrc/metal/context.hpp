@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "lmtail/cpu.hpp"
 #include "lmtail/kernel_abi.h"
@@ -32,8 +33,14 @@ class Context {
   private:
     NS::SharedPtr<MTL::Device> device_;
     NS::SharedPtr<MTL::CommandQueue> queue_;
-    NS::SharedPtr<MTL::Library> library_;
+    // One library (the metallib), or one per metal/*.metal file in the source fallback.
+    std::vector<NS::SharedPtr<MTL::Library>> libraries_;
     std::map<std::string, NS::SharedPtr<MTL::ComputePipelineState>> pipelines_;
+    void load_metallib(const std::string &path);
+    void load_sources(const std::string &kernels_dir, const std::string &include_dir);
+
+  public:
+    std::string origin;  // library_origin()
 };
 Context &context();
 

@@ -43,6 +43,15 @@ class MetalBackend:
         return f"<lmtail {self.name} backend: {_DESCRIPTIONS.get(self.name, self.name)}>"
 
 
+def _checkout_sources() -> "tuple[str, str] | None":
+    """(metal/, csrc/include/) of the source checkout this package runs from, if it does."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    kernels, include = os.path.join(root, "metal"), os.path.join(root, "csrc", "include")
+    if os.path.isfile(os.path.join(include, "lmtail", "kernel_abi.h")) and os.path.isdir(kernels):
+        return kernels, include
+    return None
+
+
 def device_backend(core) -> "MetalBackend | None":
     """The ``metal`` backend when this build has it and a device with the kernel library loads.
 
@@ -52,6 +61,11 @@ def device_backend(core) -> "MetalBackend | None":
     mod = getattr(core, "metal", None)
     if mod is None or os.environ.get("LMTAIL_DISABLE_METAL") == "1":
         return None
-    mod.set_library_path(os.path.join(os.path.dirname(os.path.abspath(core.__file__)), "lmtail.metallib"))
+    library = os.path.join(os.path.dirname(os.path.abspath(core.__file__)), "lmtail.metallib")
+    mod.set_library_path(library)
+    checkout = _checkout_sources()
+    if not os.path.isfile(library) and checkout is not None:
+        # Development (an in-tree build without the metallib): compile metal/*.metal at run time.
+        mod.set_source_dir(*checkout)
     ok, _why = mod.probe()
     return MetalBackend(mod, "metal") if ok else None

@@ -10,6 +10,10 @@
 //   owned buffers end flush against an inaccessible page.
 // * newLibrary(path) returns the kernels compiled into this binary from metal/*.metal; the
 //   path is recorded, not read.
+// * newLibrary(source, options) (the development fallback of the host code) offers exactly the
+//   kernels whose `kernel void NAME(` the source text declares, and fails as Metal would on an
+//   include it cannot resolve (anything but <metal_stdlib>-style system headers) and, by
+//   lmtail's policy, on fast math left on.
 #pragma once
 
 #include <cstddef>
@@ -86,6 +90,24 @@ class Library : public NS::Referencing<Library> {
   public:
     Function *newFunction(const NS::String *name);
     std::string path_;
+    bool from_source_ = false;
+    std::vector<std::string> declared_;  // from_source_: the kernels the source declares
+};
+
+enum LanguageVersion : NS::UInteger { LanguageVersion3_0 = (3 << 16) + 0, LanguageVersion3_1 = (3 << 16) + 1 };
+
+class CompileOptions : public NS::Referencing<CompileOptions> {
+  public:
+    static CompileOptions *alloc() { return new CompileOptions(); }
+    CompileOptions *init() { return this; }
+    void setFastMathEnabled(bool on) { fast_math_ = on; }
+    bool fastMathEnabled() const { return fast_math_; }
+    void setLanguageVersion(LanguageVersion v) { version_ = v; }
+    LanguageVersion languageVersion() const { return version_; }
+
+  private:
+    bool fast_math_ = true;  // Metal's default
+    LanguageVersion version_ = LanguageVersion3_0;
 };
 
 class ComputePipelineState : public NS::Referencing<ComputePipelineState> {
@@ -142,6 +164,7 @@ class Device : public NS::Referencing<Device> {
     // newBufferWithBytesNoCopy: metal-cpp takes a deallocator block; the host code passes nullptr.
     Buffer *newBuffer(const void *pointer, NS::UInteger length, ResourceOptions options, std::nullptr_t deallocator);
     Library *newLibrary(const NS::String *filepath, NS::Error **error);
+    Library *newLibrary(const NS::String *source, const CompileOptions *options, NS::Error **error);
     Library *newDefaultLibrary();
     ComputePipelineState *newComputePipelineState(const Function *function, NS::Error **error);
     Size maxThreadsPerThreadgroup() const { return Size(1024, 1024, 1024); }
