@@ -2,7 +2,7 @@
 # Build lmtail with AddressSanitizer + UndefinedBehaviorSanitizer in a private virtual
 # environment and run the kernel tests against that build.
 # Usage: tools/sanitize.sh [pytest args]   (default: kernels, head, quantiser, GGUF, metal-emu,
-# sampler API, grammar matcher, speculative and top-k route tests; the oracle-dependent ones
+# sampler API, grammar matcher, speculative, top-k route and Metal host-code tests; the oracle-dependent ones
 # skip in the private venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ if [ $# -eq 0 ]; then
   set -- tests/test_matvec.py tests/test_reductions.py tests/test_norm_unary.py tests/test_head.py \
          tests/test_quantize.py tests/test_gguf.py tests/test_metal_emu.py tests/test_metal_emu_hazards.py \
          tests/test_sampling_api.py tests/test_grammar_matcher.py tests/test_grammar_fuzz.py \
-         tests/test_speculative.py tests/test_topk_route.py \
+         tests/test_speculative.py tests/test_topk_route.py tests/test_metal_host.py \
          -m "not slow" -q -p no:cacheprovider
 fi
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
