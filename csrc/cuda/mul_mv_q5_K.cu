@@ -594,23 +594,36 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1s(const uint8_t *__res
 #endif
 }
 
+// Persistent launch of a T = 1 stream kernel (mmv_t1s, mmv_t1i): `smem` bytes of dynamic shared
+// memory for the activations, as many CTAs per SM as fit (queried once per smem size, kept in
+// `occ`), never more warps than the 8-row warp tiles. The kernel's last argument is the tile
+// count. False when the shape does not suit the stream kernels (the caller falls back to v2).
+struct T1Occupancy {
+    int per_sm = -1, set_for = -1;
+};
+template <int WARPS, class Kernel, class... Args>
+bool launch_t1_stream(Kernel kernel, T1Occupancy &occ, int smem, size_t row_stride, int rows, int nb,
+                      cudaStream_t stream, Args... args) {
+    if (smem > 227 * 1024 || row_stride != (size_t)nb * LMT_Q5K_BLOCK_BYTES) return false;
+    if (occ.set_for != smem) {
+        LMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        LMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ.per_sm, kernel, WARPS * 32, smem));
+        occ.set_for = smem;
+    }
+    if (occ.per_sm < 1) return false;
+    const int n_wt = (rows + 7) / 8;
+    int grid = sm_count() * occ.per_sm;
+    if (grid * WARPS > n_wt) grid = (n_wt + WARPS - 1) / WARPS;
+    kernel<<<grid, WARPS * 32, smem, stream>>>(args..., n_wt);
+    return true;
+}
+
 template <int WARPS, int B, int HINT, int PF, int MINB = 1>
 bool launch_t1s(const uint8_t *w, size_t row_stride, int rows, int nb, const uint8_t *frag, const float *unscale,
                 float *y, cudaStream_t stream) {
-    const int smem = nb * frag_bytes(2);
-    if (smem > 227 * 1024 || row_stride != (size_t)nb * LMT_Q5K_BLOCK_BYTES) return false;
-    static int per_sm = -1, set_for = -1;
-    if (set_for != smem) {
-        LMT_CUDA_CHECK(cudaFuncSetAttribute(mmv_t1s<WARPS, B, HINT, PF, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        LMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_t1s<WARPS, B, HINT, PF, MINB>, WARPS * 32, smem));
-        set_for = smem;
-    }
-    if (per_sm < 1) return false;
-    const int n_wt = (rows + 7) / 8;
-    int grid = sm_count() * per_sm;
-    if (grid * WARPS > n_wt) grid = (n_wt + WARPS - 1) / WARPS;
-    mmv_t1s<WARPS, B, HINT, PF, MINB><<<grid, WARPS * 32, smem, stream>>>(w, rows, nb, frag, unscale, y, n_wt);
-    return true;
+    static T1Occupancy occ;
+    return launch_t1_stream<WARPS>(mmv_t1s<WARPS, B, HINT, PF, MINB>, occ, nb * frag_bytes(2), row_stride, rows, nb,
+                                   stream, w, rows, nb, frag, unscale, y);
 }
 
 // ---- v4 (default at T = 1): integer tensor cores on the stream layout ------------------------
@@ -874,20 +887,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1i(const uint8_t *__res
 template <int WARPS, int B, int HINT, int MINB = 1, bool PP = false>
 bool launch_t1i(const uint8_t *w, size_t row_stride, int rows, int nb, const uint8_t *xq, float *y,
                 cudaStream_t stream) {
-    const int smem = nb * kI8Bytes;
-    if (smem > 227 * 1024 || row_stride != (size_t)nb * LMT_Q5K_BLOCK_BYTES) return false;
-    static int per_sm = -1, set_for = -1;
-    if (set_for != smem) {
-        LMT_CUDA_CHECK(cudaFuncSetAttribute(mmv_t1i<WARPS, B, HINT, MINB, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        LMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mmv_t1i<WARPS, B, HINT, MINB, PP>, WARPS * 32, smem));
-        set_for = smem;
-    }
-    if (per_sm < 1) return false;
-    const int n_wt = (rows + 7) / 8;
-    int grid = sm_count() * per_sm;
-    if (grid * WARPS > n_wt) grid = (n_wt + WARPS - 1) / WARPS;
-    mmv_t1i<WARPS, B, HINT, MINB, PP><<<grid, WARPS * 32, smem, stream>>>(w, rows, nb, xq, y, n_wt);
-    return true;
+    static T1Occupancy occ;
+    return launch_t1_stream<WARPS>(mmv_t1i<WARPS, B, HINT, MINB, PP>, occ, nb * kI8Bytes, row_stride, rows, nb, stream,
+                                   w, rows, nb, xq, y);
 }
 
 // Tuning knob, read per call so a benchmark can compare variants in one process:
