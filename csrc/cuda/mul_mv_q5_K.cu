@@ -471,6 +471,28 @@ __device__ __forceinline__ uint4 ld16(const uint8_t *p) {
     return __ldg(reinterpret_cast<const uint4 *>(p));
 }
 
+// Shared prologue of the T = 1 stream kernels: the CTA copies its activation operand (`bytes`, a
+// multiple of 16) into shared memory, and each warp finds its share of the 8-row warp tiles
+// (tiles gw, gw + GW, ...; each walked in n_steps steps of 4 blocks over its 2-row streams).
+__device__ __forceinline__ void t1_stage(uint8_t *smem, const uint8_t *src, int bytes) {
+    for (int c = threadIdx.x; c < bytes / 16; c += blockDim.x)
+        *reinterpret_cast<uint4 *>(smem + 16 * c) = *reinterpret_cast<const uint4 *>(src + 16 * c);
+    __syncthreads();
+}
+struct T1Walk {
+    int gw, GW, n_steps, n_items;
+};
+template <int WARPS>
+__device__ __forceinline__ T1Walk t1_walk(int nb, int n_wt) {
+    T1Walk k;
+    k.gw = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    k.GW = gridDim.x * WARPS;
+    k.n_steps = (2 * nb + 3) / 4;
+    const int my_wt = k.gw < n_wt ? (n_wt - 1 - k.gw) / k.GW + 1 : 0;
+    k.n_items = my_wt * k.n_steps;
+    return k;
+}
+
 template <int WARPS, int B, int HINT, int PF, int MINB>
 __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1s(const uint8_t *__restrict__ w, int rows, int nb,
                                                             const uint8_t *__restrict__ frag,
@@ -480,17 +502,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1s(const uint8_t *__res
     __trap();
 #else
     extern __shared__ __align__(16) uint8_t smem[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
     const int gq = lane >> 2, tq = lane & 3;
-    const int fbytes = nb * frag_bytes(2);
-    for (int c = threadIdx.x; c < fbytes / 16; c += WARPS * 32)
-        *reinterpret_cast<uint4 *>(smem + 16 * c) = *reinterpret_cast<const uint4 *>(frag + 16 * c);
-    __syncthreads();
+    t1_stage(smem, frag, nb * frag_bytes(2));
     const size_t rs = (size_t)nb * LMT_Q5K_BLOCK_BYTES;
-    const int gw = blockIdx.x * WARPS + warp, GW = gridDim.x * WARPS;
-    const int n_steps = (2 * nb + 3) / 4;  // 4 blocks per step over a 2-row stream
-    const int my_wt = gw < n_wt ? (n_wt - 1 - gw) / GW + 1 : 0;
-    const int n_items = my_wt * n_steps;
+    const T1Walk wk = t1_walk<WARPS>(nb, n_wt);
+    const int gw = wk.gw, GW = wk.GW, n_steps = wk.n_steps, n_items = wk.n_items;
     const int j = gq & 3, sa = gq >> 2;     // the block within the step and stream this lane decodes
     const bool useful = tq == j;            // this lane's D columns match its A rows' segment
     // Load cursor, B steps ahead of the compute cursor.
@@ -739,16 +756,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1i(const uint8_t *__res
     __trap();
 #else
     extern __shared__ __align__(16) uint8_t smem[];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
     const int gq = lane >> 2, tq = lane & 3;
-    for (int c = threadIdx.x; c < nb * kI8Bytes / 16; c += WARPS * 32)
-        *reinterpret_cast<uint4 *>(smem + 16 * c) = *reinterpret_cast<const uint4 *>(xq + 16 * c);
-    __syncthreads();
+    t1_stage(smem, xq, nb * kI8Bytes);
     const size_t rs = (size_t)nb * LMT_Q5K_BLOCK_BYTES;
-    const int gw = blockIdx.x * WARPS + warp, GW = gridDim.x * WARPS;
-    const int n_steps = (2 * nb + 3) / 4;
-    const int my_wt = gw < n_wt ? (n_wt - 1 - gw) / GW + 1 : 0;
-    const int n_items = my_wt * n_steps;
+    const T1Walk wk = t1_walk<WARPS>(nb, n_wt);
+    const int gw = wk.gw, GW = wk.GW, n_steps = wk.n_steps, n_items = wk.n_items;
     const int jd = gq & 3, sa = gq >> 2, np = gq & 1;
     const bool useful = tq == jd;
     // mins of sub-blocks 2tq, 2tq + 1 -> f16x2 via bytes (m, 0x64) = 1024 + m, minus 1024
