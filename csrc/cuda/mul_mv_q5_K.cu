@@ -493,6 +493,18 @@ __device__ __forceinline__ T1Walk t1_walk(int nb, int n_wt) {
     return k;
 }
 
+// The block a lane reads at step `step` of warp tile `wt`: block 4 step + j of stream `stream`
+// (rows 8 wt + 2 stream and + 1, walked as one run of 2 nb blocks), clamped into the matrix on a
+// ragged last step or tile (the clamped reads are never stored).
+__device__ __forceinline__ const uint8_t *t1_block(const uint8_t *w, size_t rs, int rows, int nb, int wt, int step,
+                                                   int j, int stream) {
+    const int idx = 4 * step + j;                     // block index within the 2-row stream
+    const int p = idx >= nb, kb = idx - (p ? nb : 0);  // idx < 2 nb except in a ragged last step
+    int row = wt * 8 + 2 * stream + p;
+    row = row < rows ? row : rows - 1;
+    return w + (size_t)row * rs + (size_t)(kb < nb ? kb : nb - 1) * LMT_Q5K_BLOCK_BYTES;
+}
+
 template <int WARPS, int B, int HINT, int PF, int MINB>
 __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1s(const uint8_t *__restrict__ w, int rows, int nb,
                                                             const uint8_t *__restrict__ frag,
@@ -515,11 +527,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1s(const uint8_t *__res
     auto load = [&](RawRow (&r)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int idx = 4 * lstep + j;                       // block index within the 2-row stream
-            const int p = idx >= nb, kb = idx - (p ? nb : 0);     // idx < 2 nb except in a ragged last step
-            int row = lwt * 8 + 2 * (sa + 2 * h) + p;
-            row = row < rows ? row : rows - 1;
-            const uint8_t *blk = w + (size_t)row * rs + (size_t)(kb < nb ? kb : nb - 1) * LMT_Q5K_BLOCK_BYTES;
+            const uint8_t *blk = t1_block(w, rs, rows, nb, lwt, lstep, j, sa + 2 * h);
             r[h].hd = ld16<HINT>(blk);
             r[h].h0 = ld16<HINT>(blk + 16);
             r[h].h1 = ld16<HINT>(blk + 32);
@@ -770,11 +778,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1i(const uint8_t *__res
     auto load = [&](RawI (&r)[2]) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int idx = 4 * lstep + jd;
-            const int p = idx >= nb, kb = idx - (p ? nb : 0);
-            int row = lwt * 8 + 2 * (sa + 2 * h) + p;
-            row = row < rows ? row : rows - 1;
-            const uint8_t *blk = w + (size_t)row * rs + (size_t)(kb < nb ? kb : nb - 1) * LMT_Q5K_BLOCK_BYTES;
+            const uint8_t *blk = t1_block(w, rs, rows, nb, lwt, lstep, jd, sa + 2 * h);
             r[h].hd = ld16<HINT == 2 ? 2 : 0>(blk);
             r[h].qh = ld8<HINT>(blk + 16 + 8 * tq);
 #pragma unroll
