@@ -193,3 +193,32 @@ def test_routes_count_bytes_and_row_on_the_device():
         assert ta == tb
         a.accept(ta)
         b.accept(tb)
+
+
+def test_route_a_lands_in_pinned_memory_and_is_refilled_in_place():
+    # Route A's D2H copy targets page-locked staging rows; the published buffer the caller sees
+    # is refilled in place (same address) call after call, and growing T reallocates both.
+    from lmtail import _core
+
+    q = q5k_matrix(3000, 512, seed=5)
+    head = lmtail.Head(q, None, logit_scale=0.5, softcap=10.0, backend="cuda", max_tokens=2)
+    cpu = lmtail.Head(q, None, logit_scale=0.5, softcap=10.0, precision="f32")
+    assert _core.cuda.host_memory_kind(head._staging) == "pinned"
+    assert _core.cuda.host_memory_kind(np.empty(1024, np.float32)) == "pageable"
+    rng = np.random.default_rng(6)
+    h1, h2 = (rng.standard_normal((2, 2, 512)) * 3).astype(np.float32)
+    v1 = head.logits(h1)
+    addr = (v1.ctypes.data, head._staging.ctypes.data)
+    want1 = cpu.logits(h1).copy()
+    assert np.linalg.norm(v1 - want1) <= MATVEC_REL * np.linalg.norm(want1)
+    v2 = head.logits(h2)
+    assert (v2.ctypes.data, head._staging.ctypes.data) == addr
+    assert np.array_equal(v1, v2)  # the same rows, refilled
+    want2 = cpu.logits(h2)
+    assert np.linalg.norm(v2 - want2) <= MATVEC_REL * np.linalg.norm(want2)
+    head.logits(np.concatenate([h1, h2]))  # T = 4 > max_tokens: new buffers, still pinned
+    assert _core.cuda.host_memory_kind(head._staging) == "pinned"
+    pinned = _core.cuda.pinned_empty(3, 5)
+    assert pinned.shape == (3, 5) and pinned.dtype == np.float32 and pinned.flags.writeable
+    with pytest.raises(lmtail.ParameterError):
+        _core.cuda.pinned_empty(-1, 5)

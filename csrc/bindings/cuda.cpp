@@ -7,6 +7,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ namespace py = pybind11;
 #include <cuda_runtime.h>
 
 #include "cuda/head.hpp"
+#include "lmtail/cpu.hpp"
 #include "cuda/launch.hpp"
 #include "lmtail/kernel_abi.h"
 
@@ -85,6 +87,34 @@ void bind_cuda(py::module_ &m) {
     auto sub = m.def_submodule("cuda", "CUDA backend");
     m.attr("HAS_CUDA_BUILD") = true;
     sub.def("available", [] { return true; });
+
+    // Page-locked host arrays: route A's retained buffer (the Head's staging rows) is filled by a
+    // D2H copy that DMA reaches directly; pageable memory would go through the driver's bounce
+    // buffer. The capsule frees the allocation when the last view is gone.
+    sub.def(
+        "pinned_empty",
+        [](int64_t n_rows, int64_t n_cols) {
+            if (n_rows < 0 || n_cols < 0) throw lmt::ArgumentError("pinned_empty: negative shape");
+            void *p = nullptr;
+            check(cudaMallocHost(&p, std::max<size_t>(4, (size_t)(n_rows * n_cols) * sizeof(float))));
+            py::capsule owner(p, [](void *q) { cudaFreeHost(q); });
+            return py::array_t<float>({n_rows, n_cols}, {n_cols * (int64_t)sizeof(float), (int64_t)sizeof(float)},
+                                      static_cast<float *>(p), owner);
+        },
+        py::arg("n_rows"), py::arg("n_cols"), "An uninitialised (n_rows, n_cols) float32 array in page-locked host memory.");
+    sub.def(
+        "host_memory_kind",
+        [](const py::array &a) {
+            cudaPointerAttributes at{};
+            if (cudaPointerGetAttributes(&at, a.data()) != cudaSuccess) {
+                cudaGetLastError();  // clear the sticky-free error of an unregistered pointer
+                return std::string("pageable");
+            }
+            return std::string(at.type == cudaMemoryTypeHost ? "pinned"
+                               : at.type == cudaMemoryTypeDevice ? "device"
+                               : at.type == cudaMemoryTypeManaged ? "managed" : "pageable");
+        },
+        py::arg("array"), "'pinned', 'pageable', 'device' or 'managed': where the array's first byte lives.");
 
     sub.def("rms_norm", [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
         const int64_t T = dim(x, 0), cols = dim(x, 1);

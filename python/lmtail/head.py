@@ -86,7 +86,7 @@ class Head:
         self._lock = threading.Lock()
         self._published = np.zeros((max_tokens, self._rows), dtype=np.float32)
         self._published_T = 0
-        self._staging = np.empty((max_tokens, self._rows), dtype=np.float32)
+        self._staging = self._staging_rows(max_tokens)
         self._normed = np.empty((max_tokens, self._cols), dtype=np.float32)
         self.last_timings: dict[str, float] = {}
         self.path: Optional[str] = None
@@ -185,10 +185,17 @@ class Head:
             raise NonFiniteLogitsError(f"hidden: non-finite value at {_first_nonfinite(h2)}")
         return h2
 
+    def _staging_rows(self, T: int) -> np.ndarray:
+        # On the device backend the staging rows are page-locked: route A's whole-row copy lands
+        # there by DMA (then is published to the retained buffer only after the checks pass).
+        if self._device is not None:
+            return self._impl.pinned_empty(T, self._rows)
+        return np.empty((T, self._rows), dtype=np.float32)
+
     def _ensure_capacity(self, T: int) -> None:
         if T > self._staging.shape[0]:
             # Growing T reallocates: views returned earlier keep the old buffer (documented).
-            self._staging = np.empty((T, self._rows), dtype=np.float32)
+            self._staging = self._staging_rows(T)
             self._normed = np.empty((T, self._cols), dtype=np.float32)
             pub = np.zeros((T, self._rows), dtype=np.float32)
             pub[: self._published.shape[0]] = self._published
