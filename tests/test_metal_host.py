@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+import lmtail
+
 ROOT = Path(__file__).resolve().parents[1]
 STUBS = ROOT / "tests" / "data" / "apple_sdk_stubs"
 HOST_SOURCES = sorted((ROOT / "csrc" / "metal").glob("*.cpp"))
@@ -120,7 +122,6 @@ def test_the_check_catches_an_api_metal_cpp_lacks(tmp_path):
 
 
 def test_python_registers_the_device_backend_only_where_it_runs():
-    import lmtail
     from lmtail import _core
 
     if hasattr(_core, "metal"):  # an Apple build
@@ -198,9 +199,7 @@ def _emu_script(body: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
 
-needs_emu = pytest.mark.skipif(
-    not hasattr(__import__("lmtail")._core, "metal_emu"), reason="built without LMTAIL_EMU"
-)
+needs_emu = pytest.mark.skipif(not hasattr(lmtail._core, "metal_emu"), reason="built without LMTAIL_EMU")
 
 
 @needs_emu

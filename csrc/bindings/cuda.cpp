@@ -18,11 +18,15 @@ namespace py = pybind11;
 #include <cuda_runtime.h>
 
 #include "cuda/head.hpp"
+#include "bindings/array_args.hpp"
 #include "lmtail/cpu.hpp"
 #include "cuda/launch.hpp"
 #include "lmtail/kernel_abi.h"
 
 namespace {
+
+using lmt::bind::data_of;
+using lmt::bind::dim;
 
 struct DevBuf {
     void *p = nullptr;
@@ -40,24 +44,11 @@ void check(cudaError_t e) {
     if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(e));
 }
 
-template <typename T>
-T *ptr(const py::array &a, const char *name, bool writable) {
-    if (!a.dtype().is(py::dtype::of<T>())) throw py::type_error(std::string(name) + ": wrong dtype");
-    if (!(a.flags() & py::array::c_style)) throw py::type_error(std::string(name) + ": expected C-contiguous");
-    if (writable && !a.writeable()) throw py::type_error(std::string(name) + ": expected writable");
-    return static_cast<T *>(const_cast<void *>(a.data()));
-}
-
-int64_t dim(const py::array &a, int d) {
-    if (a.ndim() <= d) throw py::value_error("too few dimensions");
-    return (int64_t)a.shape(d);
-}
-
 std::vector<uint32_t> mask_from_ids(const py::array &ids, int64_t n) {
     std::vector<uint32_t> mask;
     if (ids.size() == 0) return mask;
     mask.assign((size_t)(n + 31) / 32, 0u);
-    const uint32_t *p = ptr<uint32_t>(ids, "excluded", false);
+    const uint32_t *p = data_of<uint32_t>(ids, "excluded", false);
     for (py::ssize_t i = 0; i < ids.size(); ++i) {
         if ((int64_t)p[i] >= n) throw py::value_error("excluded id out of range");
         mask[p[i] >> 5] |= 1u << (p[i] & 31);
@@ -66,7 +57,7 @@ std::vector<uint32_t> mask_from_ids(const py::array &ids, int64_t n) {
 }
 
 void unary(py::array &x, float s, float cap, int mode) {  // mode 0 scale, 1 tanh, 2 four-pass cap, 3 fused
-    float *h = ptr<float>(x, "x", true);
+    float *h = data_of<float>(x, "x", true);
     const int64_t n = (int64_t)x.size();
     DevBuf d(n * 4);
     check(cudaMemcpy(d.p, h, n * 4, cudaMemcpyHostToDevice));
@@ -117,30 +108,30 @@ void bind_cuda(py::module_ &m) {
         py::arg("array"), "'pinned', 'pageable', 'device' or 'managed': where the array's first byte lives.");
 
     sub.def("rms_norm", [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
-        const int64_t T = dim(x, 0), cols = dim(x, 1);
+        const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
         DevBuf dx(T * cols * 4), dy(T * cols * 4), dg(gamma.is_none() ? 0 : cols * 4);
-        check(cudaMemcpy(dx.p, ptr<float>(x, "x", false), T * cols * 4, cudaMemcpyHostToDevice));
+        check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), T * cols * 4, cudaMemcpyHostToDevice));
         if (!gamma.is_none())
-            check(cudaMemcpy(dg.p, ptr<float>(gamma.cast<py::array>(), "gamma", false), cols * 4, cudaMemcpyHostToDevice));
+            check(cudaMemcpy(dg.p, data_of<float>(gamma.cast<py::array>(), "gamma", false), cols * 4, cudaMemcpyHostToDevice));
         lmt::cuda::launch_rms_norm(dx.as<float>(), gamma.is_none() ? nullptr : dg.as<float>(), dy.as<float>(), (int)T,
                                    (int)cols, eps, 0);
-        check(cudaMemcpy(ptr<float>(out, "out", true), dy.p, T * cols * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(data_of<float>(out, "out", true), dy.p, T * cols * 4, cudaMemcpyDeviceToHost));
     });
     sub.def("matvec_q5_k", [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int, const std::string &) {
-        const int64_t rows = dim(w, 0), T = dim(x, 0);
+        const int64_t rows = dim(w, 0, "w"), T = dim(x, 0, "x");
         const size_t row_bytes = (size_t)cols / 256 * 176;
         DevBuf dw(rows * row_bytes), dx(T * cols * 4), dy(T * rows * 4),
             dscr(lmt::cuda::mul_mv_q5_K_scratch_bytes((int)cols));
         check(cudaMemcpy2D(dw.p, row_bytes, w.data(), rows > 1 ? (size_t)w.strides(0) : row_bytes, row_bytes, rows,
                            cudaMemcpyHostToDevice));
-        check(cudaMemcpy(dx.p, ptr<float>(x, "x", false), T * cols * 4, cudaMemcpyHostToDevice));
+        check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), T * cols * 4, cudaMemcpyHostToDevice));
         lmt::cuda::launch_mul_mv_q5_K(dw.as<uint8_t>(), row_bytes, (int)rows, (int)cols, dx.as<float>(), (int)T,
                                       dy.as<float>(), dscr.p, 0);
-        check(cudaMemcpy(ptr<float>(out, "out", true), dy.p, T * rows * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(data_of<float>(out, "out", true), dy.p, T * rows * 4, cudaMemcpyDeviceToHost));
     });
     sub.def("scale", [](py::array &x, float s, int) { unary(x, s, 0.0f, 0); });
     sub.def("tanh", [](py::array &x, int) {
-        float *h = ptr<float>(x, "x", true);
+        float *h = data_of<float>(x, "x", true);
         const int64_t n = (int64_t)x.size();
         DevBuf d(n * 4);
         check(cudaMemcpy(d.p, h, n * 4, cudaMemcpyHostToDevice));
@@ -150,7 +141,7 @@ void bind_cuda(py::module_ &m) {
     });
     sub.def("softcap", [](py::array &x, float s, float cap, bool four_pass, int) { unary(x, s, cap, four_pass ? 2 : 3); });
     sub.def("all_finite", [](const py::array &x, int) {
-        const float *p = ptr<float>(x, "x", false);
+        const float *p = data_of<float>(x, "x", false);
         for (py::ssize_t i = 0; i < x.size(); ++i) {
             uint32_t u;
             std::memcpy(&u, p + i, 4);
@@ -159,10 +150,10 @@ void bind_cuda(py::module_ &m) {
         return true;
     });
     auto argmax_impl = [](const py::array &x, const py::object &excl, py::array &out, bool greedy) {
-        const int64_t R = dim(x, 0), n = dim(x, 1);
+        const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
         const int64_t chunks = (n + 1023) / 1024;
         DevBuf dx(R * n * 4), dk(R * chunks * 8), db(R * chunks * 4), dout(R * 4), dm((n + 31) / 32 * 4);
-        check(cudaMemcpy(dx.p, ptr<float>(x, "x", false), R * n * 4, cudaMemcpyHostToDevice));
+        check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), R * n * 4, cudaMemcpyHostToDevice));
         const uint32_t *mask = nullptr;
         if (greedy && !excl.is_none()) {
             auto mv = mask_from_ids(excl.cast<py::array>(), n);
@@ -173,28 +164,28 @@ void bind_cuda(py::module_ &m) {
         }
         lmt::cuda::launch_argmax_rows(dx.as<float>(), (int)R, (int)n, greedy, mask, dk.as<uint64_t>(), db.as<uint32_t>(),
                                       dout.as<uint32_t>(), 0);
-        check(cudaMemcpy(ptr<uint32_t>(out, "out", true), dout.p, R * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(data_of<uint32_t>(out, "out", true), dout.p, R * 4, cudaMemcpyDeviceToHost));
     };
     sub.def("argmax_rows", [argmax_impl](const py::array &x, py::array &out, int) { argmax_impl(x, py::none(), out, false); });
     sub.def("greedy_argmax_rows", [argmax_impl](const py::array &x, const py::array &excl, py::array &out, int) {
         argmax_impl(x, excl, out, true);
     });
     sub.def("topk_rows", [](const py::array &x, int64_t k, py::array &ids, py::array &vals, int) {
-        const int64_t R = dim(x, 0), n = dim(x, 1);
+        const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
         if (k > 2048) throw py::value_error("cuda topk: k must be <= 2048");
         DevBuf dx(R * n * 4), ds(lmt::cuda::topk_scratch_elems((int)R, (int)n, (int)k) * 8), di(R * k * 4), dv(R * k * 4);
-        check(cudaMemcpy(dx.p, ptr<float>(x, "x", false), R * n * 4, cudaMemcpyHostToDevice));
+        check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), R * n * 4, cudaMemcpyHostToDevice));
         lmt::cuda::launch_topk_rows(dx.as<float>(), (int)R, (int)n, (int)k, ds.as<uint64_t>(), di.as<uint32_t>(),
                                     dv.as<float>(), 0);
-        check(cudaMemcpy(ptr<uint32_t>(ids, "ids", true), di.p, R * k * 4, cudaMemcpyDeviceToHost));
-        check(cudaMemcpy(ptr<float>(vals, "values", true), dv.p, R * k * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(data_of<uint32_t>(ids, "ids", true), di.p, R * k * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(data_of<float>(vals, "values", true), dv.p, R * k * 4, cudaMemcpyDeviceToHost));
     });
 
     py::class_<lmt::cuda::DeviceHead>(sub, "DeviceHead")
         .def(py::init([](const py::array &w, int cols, const py::object &gamma, int norm_kind, float eps, float scale,
                          float softcap, int max_tokens) {
-                 const float *g = gamma.is_none() ? nullptr : ptr<float>(gamma.cast<py::array>(), "gamma", false);
-                 const int rows = (int)dim(w, 0);
+                 const float *g = gamma.is_none() ? nullptr : data_of<float>(gamma.cast<py::array>(), "gamma", false);
+                 const int rows = (int)dim(w, 0, "w");
                  const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)cols / 256 * 176;
                  return new lmt::cuda::DeviceHead(static_cast<const uint8_t *>(w.data()), rows, cols, stride, g,
                                                   norm_kind, eps, scale, softcap, max_tokens);
@@ -203,22 +194,22 @@ void bind_cuda(py::module_ &m) {
              py::arg("softcap"), py::arg("max_tokens"))
         .def("run_tail",
              [](lmt::cuda::DeviceHead &h, const py::array &hidden, bool check_latch) {
-                 const int T = (int)dim(hidden, 0);
-                 const float *p = ptr<float>(hidden, "hidden", false);
+                 const int T = (int)dim(hidden, 0, "hidden");
+                 const float *p = data_of<float>(hidden, "hidden", false);
                  py::gil_scoped_release nogil;
                  return h.run_tail(p, T, check_latch);
              },
              py::arg("hidden"), py::arg("check_latch") = true)
         .def("read_logits",
              [](lmt::cuda::DeviceHead &h, py::array &out) {
-                 float *p = ptr<float>(out, "out", true);
-                 const int T = (int)dim(out, 0);
+                 float *p = data_of<float>(out, "out", true);
+                 const int T = (int)dim(out, 0, "out");
                  py::gil_scoped_release nogil;
                  h.read_logits(p, T);
              })
         .def("read_row",
              [](lmt::cuda::DeviceHead &h, int t, py::array &out) {
-                 float *p = ptr<float>(out, "out", true);
+                 float *p = data_of<float>(out, "out", true);
                  if (out.size() != h.rows()) throw std::invalid_argument("read_row: expected one row of the head's rows");
                  py::gil_scoped_release nogil;
                  h.read_row(t, p);
@@ -226,16 +217,16 @@ void bind_cuda(py::module_ &m) {
         .def("greedy",
              [](lmt::cuda::DeviceHead &h, const py::array &excl, py::array &out) {
                  auto mask = mask_from_ids(excl, h.rows());
-                 uint32_t *p = ptr<uint32_t>(out, "out", true);
+                 uint32_t *p = data_of<uint32_t>(out, "out", true);
                  const int T = (int)out.size();
                  py::gil_scoped_release nogil;
                  h.greedy(mask, T, p);
              })
         .def("topk",
              [](lmt::cuda::DeviceHead &h, int k, py::array &ids, py::array &vals) {
-                 uint32_t *ip = ptr<uint32_t>(ids, "ids", true);
-                 float *vp = ptr<float>(vals, "values", true);
-                 const int T = (int)dim(ids, 0);
+                 uint32_t *ip = data_of<uint32_t>(ids, "ids", true);
+                 float *vp = data_of<float>(vals, "values", true);
+                 const int T = (int)dim(ids, 0, "ids");
                  py::gil_scoped_release nogil;
                  h.topk(T, k, ip, vp);
              })

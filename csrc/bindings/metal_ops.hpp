@@ -4,44 +4,26 @@
 // modules expose exactly the same entry points with the _core CPU signatures (lmtail.ops and
 // lmtail.Head run on either unchanged; `threads` and `isa` are accepted and ignored).
 //
-// Requires, before inclusion: <pybind11/numpy.h>, <pybind11/pybind11.h>, <pybind11/stl.h>,
-// "lmtail/cpu.hpp", "metal/backend.hpp" for the namespace, and `namespace be = lmt::<ns>;`.
+// Requires, before inclusion: <pybind11/stl.h>, "metal/backend.hpp" for the namespace, and
+// `namespace be = lmt::<ns>;`.
 #pragma once
 
 #include <string>
 #include <vector>
+
+#include "bindings/array_args.hpp"
 
 namespace py = pybind11;
 
 // An anonymous namespace: each including translation unit binds its own `be`.
 namespace {
 
-template <typename T>
-T *ptr_of(const py::array &a, const char *name, bool writable) {
-    if (!a.dtype().is(py::dtype::of<T>()))
-        throw py::type_error(std::string(name) + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) +
-                             ", found " + std::string(py::str(a.dtype())));
-    if (!(a.flags() & py::array::c_style)) throw py::type_error(std::string(name) + ": expected a C-contiguous array");
-    if (writable && !a.writeable()) throw py::type_error(std::string(name) + ": expected a writable array");
-    return static_cast<T *>(const_cast<void *>(a.data()));
-}
+using lmt::bind::data_of;
+using lmt::bind::dim;
+using lmt::bind::expect_shape;
 
-inline void shape_is(const py::array &a, const char *name, std::initializer_list<int64_t> shape) {
-    bool ok = a.ndim() == (py::ssize_t)shape.size();
-    int d = 0;
-    for (int64_t s : shape) ok = ok && a.shape(d++) == s;
-    if (!ok) throw lmt::ArgumentError(std::string(name) + ": unexpected shape");
-}
-
-inline int64_t dim_of(const py::array &a, int d, const char *name) {
-    if (a.ndim() <= d) throw lmt::ArgumentError(std::string(name) + ": too few dimensions");
-    return (int64_t)a.shape(d);
-}
-
-inline void check_isa(const std::string &isa) {
-    if (isa != "auto" && isa != "scalar" && isa != "avx2" && isa != "avx512" && isa != "neon")
-        throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon; found '" + isa + "'");
-}
+// `isa` is accepted for signature parity with the CPU functions and ignored, but still checked.
+inline void check_isa(const std::string &isa) { (void)lmt::bind::parse_isa(isa); }
 
 // The checked operands of a matvec call (weights of contiguous rows, x (T, cols) f32).
 struct MatvecIn {
@@ -56,11 +38,11 @@ inline MatvecIn matvec_in(const py::array &w, int64_t cols, const py::array &x, 
         throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
     if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
     const int64_t rows = (int64_t)w.shape(0), row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
-    shape_is(w, "w", {rows, row_bytes});
-    const int64_t T = dim_of(x, 0, "x");
-    shape_is(x, "x", {T, cols});
+    expect_shape(w, "w", {rows, row_bytes});
+    const int64_t T = dim(x, 0, "x");
+    expect_shape(x, "x", {T, cols});
     return MatvecIn{static_cast<const uint8_t *>(w.data()), rows, T,
-                    rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes, ptr_of<float>(x, "x", false)};
+                    rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes, data_of<float>(x, "x", false)};
 }
 
 inline uint32_t barrier_mask(const std::vector<std::string> &names) {
@@ -88,17 +70,17 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "rms_norm",
         [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
-            const int64_t T = dim_of(x, 0, "x"), cols = dim_of(x, 1, "x");
-            shape_is(x, "x", {T, cols});
-            shape_is(out, "out", {T, cols});
-            const float *xp = ptr_of<float>(x, "x", false);
-            float *op = ptr_of<float>(out, "out", true);
+            const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
+            expect_shape(x, "x", {T, cols});
+            expect_shape(out, "out", {T, cols});
+            const float *xp = data_of<float>(x, "x", false);
+            float *op = data_of<float>(out, "out", true);
             const float *gp = nullptr;
             py::array g;
             if (!gamma.is_none()) {
                 g = gamma.cast<py::array>();
-                shape_is(g, "gamma", {cols});
-                gp = ptr_of<float>(g, "gamma", false);
+                expect_shape(g, "gamma", {cols});
+                gp = data_of<float>(g, "gamma", false);
             }
             py::gil_scoped_release nogil;
             be::rms_norm(xp, gp, op, T, cols, eps);
@@ -109,8 +91,8 @@ inline void bind_ops(py::module_ &e) {
         [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa) {
             (void)threads;
             const MatvecIn in = matvec_in(w, cols, x, isa);
-            shape_is(out, "out", {in.T, in.rows});
-            float *op = ptr_of<float>(out, "out", true);
+            expect_shape(out, "out", {in.T, in.rows});
+            float *op = data_of<float>(out, "out", true);
             py::gil_scoped_release nogil;
             be::matvec_q5_k(in.w, in.rows, cols, in.stride, in.x, in.T, op);
         },
@@ -135,7 +117,7 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "scale",
         [](py::array &x, float s, int) {
-            float *p = ptr_of<float>(x, "x", true);
+            float *p = data_of<float>(x, "x", true);
             const int64_t n = (int64_t)x.size();
             py::gil_scoped_release nogil;
             be::scale(p, n, s);
@@ -144,7 +126,7 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "tanh",
         [](py::array &x, int) {
-            float *p = ptr_of<float>(x, "x", true);
+            float *p = data_of<float>(x, "x", true);
             const int64_t n = (int64_t)x.size();
             py::gil_scoped_release nogil;
             be::tanh(p, n);
@@ -153,7 +135,7 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "softcap",
         [](py::array &x, float s, float cap, bool four_pass, int) {
-            float *p = ptr_of<float>(x, "x", true);
+            float *p = data_of<float>(x, "x", true);
             const int64_t n = (int64_t)x.size();
             py::gil_scoped_release nogil;
             be::softcap(p, n, s, cap, four_pass);
@@ -163,7 +145,7 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "all_finite",
         [](const py::array &x, int threads) {
-            const float *p = ptr_of<float>(x, "x", false);
+            const float *p = data_of<float>(x, "x", false);
             const int64_t n = (int64_t)x.size();
             py::gil_scoped_release nogil;
             return lmt::cpu::all_finite(p, n, threads);
@@ -172,11 +154,11 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "argmax_rows",
         [](const py::array &x, py::array &out, int) {
-            const int64_t R = dim_of(x, 0, "x"), n = dim_of(x, 1, "x");
-            shape_is(x, "x", {R, n});
-            shape_is(out, "out", {R});
-            const float *xp = ptr_of<float>(x, "x", false);
-            uint32_t *op = ptr_of<uint32_t>(out, "out", true);
+            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+            expect_shape(x, "x", {R, n});
+            expect_shape(out, "out", {R});
+            const float *xp = data_of<float>(x, "x", false);
+            uint32_t *op = data_of<uint32_t>(out, "out", true);
             py::gil_scoped_release nogil;
             be::argmax_rows(xp, R, n, op);
         },
@@ -184,18 +166,18 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "greedy_argmax_rows",
         [](const py::array &x, const py::array &excluded, py::array &out, int) {
-            const int64_t R = dim_of(x, 0, "x"), n = dim_of(x, 1, "x");
-            shape_is(x, "x", {R, n});
-            shape_is(out, "out", {R});
+            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+            expect_shape(x, "x", {R, n});
+            expect_shape(out, "out", {R});
             if (excluded.ndim() != 1) throw lmt::ArgumentError("excluded: expected a 1-D array");
-            const float *xp = ptr_of<float>(x, "x", false);
-            const uint32_t *ep = ptr_of<uint32_t>(excluded, "excluded", false);
+            const float *xp = data_of<float>(x, "x", false);
+            const uint32_t *ep = data_of<uint32_t>(excluded, "excluded", false);
             const int64_t ne = (int64_t)excluded.shape(0);
             for (int64_t i = 0; i < ne; ++i)
                 if ((int64_t)ep[i] >= n)
                     throw lmt::ArgumentError("excluded: token id " + std::to_string(ep[i]) + " out of range [0, " +
                                              std::to_string(n) + ")");
-            uint32_t *op = ptr_of<uint32_t>(out, "out", true);
+            uint32_t *op = data_of<uint32_t>(out, "out", true);
             py::gil_scoped_release nogil;
             be::greedy_argmax_rows(xp, R, n, ep, ne, op);
         },
@@ -203,13 +185,13 @@ inline void bind_ops(py::module_ &e) {
     e.def(
         "topk_rows",
         [](const py::array &x, int64_t k, py::array &ids, py::array &values, int) {
-            const int64_t R = dim_of(x, 0, "x"), n = dim_of(x, 1, "x");
-            shape_is(x, "x", {R, n});
-            shape_is(ids, "ids", {R, k});
-            shape_is(values, "values", {R, k});
-            const float *xp = ptr_of<float>(x, "x", false);
-            uint32_t *ip = ptr_of<uint32_t>(ids, "ids", true);
-            float *vp = ptr_of<float>(values, "values", true);
+            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+            expect_shape(x, "x", {R, n});
+            expect_shape(ids, "ids", {R, k});
+            expect_shape(values, "values", {R, k});
+            const float *xp = data_of<float>(x, "x", false);
+            uint32_t *ip = data_of<uint32_t>(ids, "ids", true);
+            float *vp = data_of<float>(values, "values", true);
             py::gil_scoped_release nogil;
             be::topk_rows(xp, R, n, k, ip, vp);
         },
@@ -228,22 +210,22 @@ inline void bind_ops(py::module_ &e) {
             a.cols = cols;
             if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
             const int64_t row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
-            shape_is(w, "w", {a.rows, row_bytes});
+            expect_shape(w, "w", {a.rows, row_bytes});
             a.row_stride = a.rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
             a.w = static_cast<const uint8_t *>(w.data());
-            a.T = dim_of(hidden, 0, "hidden");
-            shape_is(hidden, "hidden", {a.T, cols});
-            a.hidden = ptr_of<float>(hidden, "hidden", false);
+            a.T = dim(hidden, 0, "hidden");
+            expect_shape(hidden, "hidden", {a.T, cols});
+            a.hidden = data_of<float>(hidden, "hidden", false);
             py::array g, em;
             if (!gamma.is_none()) {
                 g = gamma.cast<py::array>();
-                shape_is(g, "gamma", {cols});
-                a.gamma = ptr_of<float>(g, "gamma", false);
+                expect_shape(g, "gamma", {cols});
+                a.gamma = data_of<float>(g, "gamma", false);
             }
             a.eps = eps;
             a.scale = scale;
             a.cap = cap;
-            a.excluded = ptr_of<uint32_t>(excluded, "excluded", false);
+            a.excluded = data_of<uint32_t>(excluded, "excluded", false);
             a.n_excluded = (int64_t)excluded.size();
             for (int64_t i = 0; i < a.n_excluded; ++i)
                 if ((int64_t)a.excluded[i] >= a.rows) throw lmt::ArgumentError("excluded: token id out of range");
@@ -251,16 +233,16 @@ inline void bind_ops(py::module_ &e) {
             py::array lo;
             if (!logits_out.is_none()) {
                 lo = logits_out.cast<py::array>();
-                shape_is(lo, "logits_out", {a.T, a.rows});
-                lp = ptr_of<float>(lo, "logits_out", true);
+                expect_shape(lo, "logits_out", {a.T, a.rows});
+                lp = data_of<float>(lo, "logits_out", true);
             }
             py::array_t<float> emb_out;
             if (!embed.is_none()) {
                 em = embed.cast<py::array>();
-                a.embed_rows = dim_of(em, 0, "embed");
-                a.embed_dim = dim_of(em, 1, "embed");
-                shape_is(em, "embed", {a.embed_rows, a.embed_dim});
-                a.embed = ptr_of<float>(em, "embed", false);
+                a.embed_rows = dim(em, 0, "embed");
+                a.embed_dim = dim(em, 1, "embed");
+                expect_shape(em, "embed", {a.embed_rows, a.embed_dim});
+                a.embed = data_of<float>(em, "embed", false);
                 emb_out = py::array_t<float>({a.T, a.embed_dim});
             }
             py::array_t<uint32_t> result(a.T);

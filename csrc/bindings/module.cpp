@@ -10,67 +10,23 @@
 #include <cstring>
 #include <string>
 
+#include "bindings/array_args.hpp"
 #include "lmtail/cpu.hpp"
 
 namespace py = pybind11;
+using lmt::bind::data_of;
+using lmt::bind::dim;
+using lmt::bind::expect_shape;
+using lmt::bind::parse_isa;
 using lmt::cpu::Isa;
 
 namespace {
-
-Isa parse_isa(const std::string &s) {
-    if (s == "auto") return Isa::Auto;
-    if (s == "scalar") return Isa::Scalar;
-    if (s == "avx2") return Isa::Avx2;
-    if (s == "avx512") return Isa::Avx512;
-    if (s == "neon") return Isa::Neon;
-    throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon; found '" + s + "'");
-}
 
 lmt::cpu::Precision parse_precision(const std::string &s) {
     if (s == "f32") return lmt::cpu::Precision::F32;
     if (s == "i16") return lmt::cpu::Precision::I16;
     if (s == "i24") return lmt::cpu::Precision::I24;
     throw lmt::ArgumentError("precision: expected 'f32', 'i16' or 'i24'; found '" + s + "'");
-}
-
-template <typename T>
-const char *type_name();
-template <>
-const char *type_name<float>() { return "float32"; }
-template <>
-const char *type_name<uint8_t>() { return "uint8"; }
-template <>
-const char *type_name<uint32_t>() { return "uint32"; }
-
-// Checked raw pointer into a numpy array: dtype, C-contiguity, writability and (optionally) shape.
-template <typename T>
-T *data_of(const py::array &a, const char *name, bool writable) {
-    if (!a.dtype().is(py::dtype::of<T>()))
-        throw py::type_error(std::string(name) + ": expected dtype " + type_name<T>() + ", found " +
-                             std::string(py::str(a.dtype())));
-    if (!(a.flags() & py::array::c_style))
-        throw py::type_error(std::string(name) + ": expected a C-contiguous array");
-    if (writable && !a.writeable()) throw py::type_error(std::string(name) + ": expected a writable array");
-    return static_cast<T *>(const_cast<void *>(a.data()));
-}
-
-void expect_shape(const py::array &a, const char *name, std::initializer_list<int64_t> shape) {
-    bool ok = a.ndim() == (py::ssize_t)shape.size();
-    if (ok) {
-        int d = 0;
-        for (int64_t s : shape) ok = ok && a.shape(d++) == s;
-    }
-    if (!ok) {
-        std::string want = "(", got = "(";
-        for (int64_t s : shape) want += std::to_string(s) + ",";
-        for (py::ssize_t d = 0; d < a.ndim(); ++d) got += std::to_string(a.shape(d)) + ",";
-        throw lmt::ArgumentError(std::string(name) + ": expected shape " + want + ") found " + got + ")");
-    }
-}
-
-int64_t dim(const py::array &a, int d, const char *name) {
-    if (a.ndim() <= d) throw lmt::ArgumentError(std::string(name) + ": too few dimensions");
-    return (int64_t)a.shape(d);
 }
 
 }  // namespace

@@ -622,14 +622,13 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1s(const uint8_t *__res
 // Persistent launch of a T = 1 stream kernel (mmv_t1s, mmv_t1i): `smem` bytes of dynamic shared
 // memory for the activations, as many CTAs per SM as fit (queried once per smem size, kept in
 // `occ`), never more warps than the 8-row warp tiles. The kernel's last argument is the tile
-// count. False when the shape does not suit the stream kernels (the caller falls back to v2).
+// count. The caller has checked the shape (t1_stream_ok); false when not even one CTA fits on
+// this GPU (the caller falls back to v2).
 struct T1Occupancy {
     int per_sm = -1, set_for = -1;
 };
 template <int WARPS, class Kernel, class... Args>
-bool launch_t1_stream(Kernel kernel, T1Occupancy &occ, int smem, size_t row_stride, int rows, int nb,
-                      cudaStream_t stream, Args... args) {
-    if (smem > 227 * 1024 || row_stride != (size_t)nb * LMT_Q5K_BLOCK_BYTES) return false;
+bool launch_t1_stream(Kernel kernel, T1Occupancy &occ, int smem, int rows, cudaStream_t stream, Args... args) {
     if (occ.set_for != smem) {
         LMT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         LMT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ.per_sm, kernel, WARPS * 32, smem));
@@ -644,11 +643,11 @@ bool launch_t1_stream(Kernel kernel, T1Occupancy &occ, int smem, size_t row_stri
 }
 
 template <int WARPS, int B, int HINT, int PF, int MINB = 1>
-bool launch_t1s(const uint8_t *w, size_t row_stride, int rows, int nb, const uint8_t *frag, const float *unscale,
-                float *y, cudaStream_t stream) {
+bool launch_t1s(const uint8_t *w, int rows, int nb, const uint8_t *frag, const float *unscale, float *y,
+                cudaStream_t stream) {
     static T1Occupancy occ;
-    return launch_t1_stream<WARPS>(mmv_t1s<WARPS, B, HINT, PF, MINB>, occ, nb * frag_bytes(2), row_stride, rows, nb,
-                                   stream, w, rows, nb, frag, unscale, y);
+    return launch_t1_stream<WARPS>(mmv_t1s<WARPS, B, HINT, PF, MINB>, occ, nb * frag_bytes(2), rows, stream, w, rows,
+                                   nb, frag, unscale, y);
 }
 
 // ---- v4 (default at T = 1): integer tensor cores on the stream layout ------------------------
@@ -902,11 +901,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) mmv_t1i(const uint8_t *__res
 }
 
 template <int WARPS, int B, int HINT, int MINB = 1, bool PP = false>
-bool launch_t1i(const uint8_t *w, size_t row_stride, int rows, int nb, const uint8_t *xq, float *y,
-                cudaStream_t stream) {
+bool launch_t1i(const uint8_t *w, int rows, int nb, const uint8_t *xq, float *y, cudaStream_t stream) {
     static T1Occupancy occ;
-    return launch_t1_stream<WARPS>(mmv_t1i<WARPS, B, HINT, MINB, PP>, occ, nb * kI8Bytes, row_stride, rows, nb, stream,
-                                   w, rows, nb, xq, y);
+    return launch_t1_stream<WARPS>(mmv_t1i<WARPS, B, HINT, MINB, PP>, occ, nb * kI8Bytes, rows, stream, w, rows, nb, xq,
+                                   y);
 }
 
 // Tuning knob, read per call so a benchmark can compare variants in one process:
@@ -915,12 +913,12 @@ bool launch_t1i(const uint8_t *w, size_t row_stride, int rows, int nb, const uin
 // per item) | e (8 warps x 1 m-tile, 3 stages, 2 blocks per item) | f (4 warps x 1 m-tile, 2
 // stages, 4 blocks per item) | g (4 warps x 1 m-tile, 4 stages: 64-row tiles, 3 CTAs per SM) |
 // h (2 warps x 2 m-tiles, 4 stages: 64-row tiles) | A (a without the T = 1 compact fragments).
-// T = 1 kernels by name (LMTAIL_CUDA_MMV): pWW[sS][mM][L][kK] = per-warp pipeline with WW warps
-// per CTA, S stages, M 16-row tiles per warp, L2::256B prefetch hint, K blocks per item;
-// rWW[bB][n] = direct register loads, B items ahead, n = L1::no_allocate.
-bool launch_t1(const char *name, const uint8_t *w, size_t rs, int rows, int nb, const uint8_t *frag, const float *us,
-               float *y, cudaStream_t st) {
-    using F = bool (*)(const uint8_t *, size_t, int, int, const uint8_t *, const float *, float *, cudaStream_t);
+// T = 1 stream kernels by name (LMTAIL_CUDA_MMV): sWWbB[h|p] = v3 (mmv_t1s) with WW warps per
+// CTA, B steps ahead, h = L2::256B load hint, p = bulk L2 prefetch; iWW{b|p}B[n] = v4 (mmv_t1i),
+// b = B buffers copied out, p = B ping-pong buffers, n = L1::no_allocate loads.
+bool launch_t1(const char *name, const uint8_t *w, int rows, int nb, const uint8_t *frag, const float *us, float *y,
+               cudaStream_t st) {
+    using F = bool (*)(const uint8_t *, int, int, const uint8_t *, const float *, float *, cudaStream_t);
     static const struct {
         const char *n;
         F f;
@@ -931,13 +929,13 @@ bool launch_t1(const char *name, const uint8_t *w, size_t rs, int rows, int nb, 
         {"s12b2", launch_t1s<12, 2, 0, 0>},   // 12 warps, two steps ahead
     };
     for (const auto &t : table)
-        if (std::strcmp(t.n, name) == 0) return t.f(w, rs, rows, nb, frag, us, y, st);
+        if (std::strcmp(t.n, name) == 0) return t.f(w, rows, nb, frag, us, y, st);
     return false;
 }
 
-bool launch_t1i_named(const char *name, const uint8_t *w, size_t rs, int rows, int nb, const uint8_t *xq, float *y,
+bool launch_t1i_named(const char *name, const uint8_t *w, int rows, int nb, const uint8_t *xq, float *y,
                       cudaStream_t st) {
-    using F = bool (*)(const uint8_t *, size_t, int, int, const uint8_t *, float *, cudaStream_t);
+    using F = bool (*)(const uint8_t *, int, int, const uint8_t *, float *, cudaStream_t);
     static const struct {
         const char *n;
         F f;
@@ -950,7 +948,7 @@ bool launch_t1i_named(const char *name, const uint8_t *w, size_t rs, int rows, i
                                                    // half-sector reuse across a step's loads needs L1)
     };
     for (const auto &t : table)
-        if (std::strcmp(t.n, name) == 0) return t.f(w, rs, rows, nb, xq, y, st);
+        if (std::strcmp(t.n, name) == 0) return t.f(w, rows, nb, xq, y, st);
     return false;
 }
 
@@ -1129,8 +1127,8 @@ void launch_mul_mv_q5_K(const uint8_t *w, size_t row_stride, int rows, int cols,
         // v4 (the default at T = 1); where it does not apply, v2/a below.
         if (tg == 1 && v == 'i' && t1_stream_ok(nb, row_stride, kI8Bytes)) {
             prep_x_i8<<<nb, 256, 0, stream>>>(x + (size_t)t0 * cols, frag);
-            if (launch_t1i_named(mmv_name(), w, row_stride, rows, nb, frag, ys, stream) ||
-                launch_t1i<16, 2, 0, 1, true>(w, row_stride, rows, nb, frag, ys, stream))  // unknown i-name
+            if (launch_t1i_named(mmv_name(), w, rows, nb, frag, ys, stream) ||
+                launch_t1i<16, 2, 0, 1, true>(w, rows, nb, frag, ys, stream))  // unknown i-name
                 continue;
             // Does not fit this GPU: v2 below (its prep_x rewrites the scratch, in stream order).
         }
@@ -1141,7 +1139,7 @@ void launch_mul_mv_q5_K(const uint8_t *w, size_t row_stride, int rows, int cols,
         prep_x<<<pgrid, 256, 0, stream>>>(x + (size_t)t0 * cols, tg, cols, NT, CT, reinterpret_cast<__half *>(frag),
                                           unscale);
         if (t1s) {
-            if (!launch_t1(mmv_name(), w, row_stride, rows, nb, frag, unscale, ys, stream))
+            if (!launch_t1(mmv_name(), w, rows, nb, frag, unscale, ys, stream))
                 launch_tc<1, 4, 2, 4, 1, 2>(w, row_stride, rows, nb, frag, unscale, tg, ys, stream);
             continue;
         }

@@ -118,7 +118,7 @@ void Context::load_metallib(const std::string &path) {
     pool->release();
     if (!lib) throw lmt::Error("Metal: cannot load the kernel library " + path + ": " + msg);
     libraries_.push_back(lib);
-    origin = "metallib:" + path;
+    origin_ = "metallib:" + path;
 }
 
 void Context::load_sources(const std::string &kernels_dir, const std::string &include_dir) {
@@ -139,10 +139,10 @@ void Context::load_sources(const std::string &kernels_dir, const std::string &in
         if (!lib) throw lmt::Error("Metal: cannot compile " + file + ": " + msg);
         libraries_.push_back(lib);
     }
-    origin = "source:" + std::to_string(files.size()) + " files from " + kernels_dir;
+    origin_ = "source:" + std::to_string(files.size()) + " files from " + kernels_dir;
 }
 
-std::string library_origin() { return context().origin; }
+std::string library_origin() { return context().origin(); }
 
 Context &context() {
     static Context c;

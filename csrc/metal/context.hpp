@@ -28,6 +28,7 @@ class Context {
     NS::SharedPtr<MTL::Buffer> upload(const void *data, size_t bytes, const char *label);
     MTL::Device *device() { return device_.get(); }
     MTL::CommandQueue *queue() { return queue_.get(); }
+    const std::string &origin() const { return origin_; }
     std::mutex mu;  // one command buffer in flight per process (the Python layer is serial)
 
   private:
@@ -36,11 +37,9 @@ class Context {
     // One library (the metallib), or one per metal/*.metal file in the source fallback.
     std::vector<NS::SharedPtr<MTL::Library>> libraries_;
     std::map<std::string, NS::SharedPtr<MTL::ComputePipelineState>> pipelines_;
+    std::string origin_;  // library_origin()
     void load_metallib(const std::string &path);
     void load_sources(const std::string &kernels_dir, const std::string &include_dir);
-
-  public:
-    std::string origin;  // library_origin()
 };
 Context &context();
 
