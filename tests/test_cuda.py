@@ -222,3 +222,18 @@ def test_route_a_lands_in_pinned_memory_and_is_refilled_in_place():
     assert pinned.shape == (3, 5) and pinned.dtype == np.float32 and pinned.flags.writeable
     with pytest.raises(lmtail.ParameterError):
         _core.cuda.pinned_empty(-1, 5)
+
+
+def test_bindings_reject_wrong_operands():
+    # The CUDA bindings check every array they copy to or from (one set of checks with the CPU
+    # and Metal bindings): a wrong output shape or an out-of-range id raises, never writes past.
+    from lmtail import _core
+
+    c = _core.cuda
+    x = np.ones((2, 5), np.float32)
+    with pytest.raises(lmtail.ParameterError, match="out: expected shape"):
+        c.argmax_rows(x, np.zeros(3, np.uint32), 0)
+    with pytest.raises(lmtail.ParameterError, match="out of range"):
+        c.greedy_argmax_rows(x, np.array([7], np.uint32), np.zeros(2, np.uint32), 0)
+    with pytest.raises(lmtail.ParameterError, match="ids: expected shape"):
+        c.topk_rows(x, 2, np.zeros((2, 3), np.uint32), np.zeros((2, 2), np.float32), 0)

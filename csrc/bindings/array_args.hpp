@@ -13,7 +13,10 @@
 
 #include "lmtail/cpu.hpp"
 
-namespace lmt::bind {
+// Hidden like pybind11's own namespace (these hold py::array members; the module is built with
+// hidden visibility anyway).
+namespace lmt {
+namespace [[gnu::visibility("hidden")]] bind {
 
 namespace py = pybind11;
 
@@ -57,4 +60,65 @@ inline lmt::cpu::Isa parse_isa(const std::string &s) {
     throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon; found '" + s + "'");
 }
 
-}  // namespace lmt::bind
+// The operands shared by every backend's op bindings, checked once here.
+
+// Writable output of exactly `shape`.
+template <typename T>
+T *out_of(py::array &a, const char *name, std::initializer_list<int64_t> shape) {
+    expect_shape(a, name, shape);
+    return data_of<T>(a, name, true);
+}
+
+// x: (R, n) float32 rows to reduce or select from.
+struct RowsArg {
+    const float *p;
+    int64_t R, n;
+};
+inline RowsArg rows_arg(const py::array &x) {
+    const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+    expect_shape(x, "x", {R, n});
+    return {data_of<float>(x, "x", false), R, n};
+}
+
+// The excluded ids of a greedy call: a 1-D uint32 array, every id below n.
+struct IdsArg {
+    const uint32_t *p;
+    int64_t size;
+};
+inline IdsArg excluded_arg(const py::array &excluded, int64_t n) {
+    if (excluded.ndim() != 1) throw lmt::ArgumentError("excluded: expected a 1-D array");
+    const uint32_t *p = data_of<uint32_t>(excluded, "excluded", false);
+    const int64_t size = (int64_t)excluded.shape(0);
+    for (int64_t i = 0; i < size; ++i)
+        if ((int64_t)p[i] >= n)
+            throw lmt::ArgumentError("excluded: token id " + std::to_string(p[i]) + " out of range [0, " +
+                                     std::to_string(n) + ")");
+    return {p, size};
+}
+
+// A norm call: x (T, cols), optional gamma (cols), out (T, cols). `gamma_ref` keeps a converted
+// gamma alive while its pointer is used.
+struct NormArgs {
+    const float *x, *gamma;
+    float *out;
+    int64_t T, cols;
+    py::array gamma_ref;
+};
+inline NormArgs norm_args(const py::array &x, const py::object &gamma, py::array &out) {
+    NormArgs a{};
+    a.T = dim(x, 0, "x");
+    a.cols = dim(x, 1, "x");
+    expect_shape(x, "x", {a.T, a.cols});
+    expect_shape(out, "out", {a.T, a.cols});
+    a.x = data_of<float>(x, "x", false);
+    a.out = data_of<float>(out, "out", true);
+    if (!gamma.is_none()) {
+        a.gamma_ref = gamma.cast<py::array>();
+        expect_shape(a.gamma_ref, "gamma", {a.cols});
+        a.gamma = data_of<float>(a.gamma_ref, "gamma", false);
+    }
+    return a;
+}
+
+}  // namespace bind
+}  // namespace lmt

@@ -44,15 +44,13 @@ void check(cudaError_t e) {
     if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(e));
 }
 
-std::vector<uint32_t> mask_from_ids(const py::array &ids, int64_t n) {
+// The exclusion bitmask (one bit per token id) the device kernels take; empty when none.
+std::vector<uint32_t> exclusion_mask(const py::array &excluded, int64_t n) {
+    const lmt::bind::IdsArg e = lmt::bind::excluded_arg(excluded, n);
     std::vector<uint32_t> mask;
-    if (ids.size() == 0) return mask;
+    if (e.size == 0) return mask;
     mask.assign((size_t)(n + 31) / 32, 0u);
-    const uint32_t *p = data_of<uint32_t>(ids, "excluded", false);
-    for (py::ssize_t i = 0; i < ids.size(); ++i) {
-        if ((int64_t)p[i] >= n) throw py::value_error("excluded id out of range");
-        mask[p[i] >> 5] |= 1u << (p[i] & 31);
-    }
+    for (int64_t i = 0; i < e.size; ++i) mask[e.p[i] >> 5] |= 1u << (e.p[i] & 31);
     return mask;
 }
 
@@ -108,14 +106,14 @@ void bind_cuda(py::module_ &m) {
         py::arg("array"), "'pinned', 'pageable', 'device' or 'managed': where the array's first byte lives.");
 
     sub.def("rms_norm", [](const py::array &x, const py::object &gamma, py::array &out, float eps) {
-        const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
-        DevBuf dx(T * cols * 4), dy(T * cols * 4), dg(gamma.is_none() ? 0 : cols * 4);
-        check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), T * cols * 4, cudaMemcpyHostToDevice));
-        if (!gamma.is_none())
-            check(cudaMemcpy(dg.p, data_of<float>(gamma.cast<py::array>(), "gamma", false), cols * 4, cudaMemcpyHostToDevice));
-        lmt::cuda::launch_rms_norm(dx.as<float>(), gamma.is_none() ? nullptr : dg.as<float>(), dy.as<float>(), (int)T,
-                                   (int)cols, eps, 0);
-        check(cudaMemcpy(data_of<float>(out, "out", true), dy.p, T * cols * 4, cudaMemcpyDeviceToHost));
+        const lmt::bind::NormArgs a = lmt::bind::norm_args(x, gamma, out);
+        const int64_t bytes = a.T * a.cols * 4;
+        DevBuf dx(bytes), dy(bytes), dg(a.gamma ? a.cols * 4 : 0);
+        check(cudaMemcpy(dx.p, a.x, bytes, cudaMemcpyHostToDevice));
+        if (a.gamma) check(cudaMemcpy(dg.p, a.gamma, a.cols * 4, cudaMemcpyHostToDevice));
+        lmt::cuda::launch_rms_norm(dx.as<float>(), a.gamma ? dg.as<float>() : nullptr, dy.as<float>(), (int)a.T,
+                                   (int)a.cols, eps, 0);
+        check(cudaMemcpy(a.out, dy.p, bytes, cudaMemcpyDeviceToHost));
     });
     sub.def("matvec_q5_k", [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int, const std::string &) {
         const int64_t rows = dim(w, 0, "w"), T = dim(x, 0, "x");
@@ -150,35 +148,38 @@ void bind_cuda(py::module_ &m) {
         return true;
     });
     auto argmax_impl = [](const py::array &x, const py::object &excl, py::array &out, bool greedy) {
-        const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
-        const int64_t chunks = (n + 1023) / 1024;
+        const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
+        uint32_t *op = lmt::bind::out_of<uint32_t>(out, "out", {r.R});
+        const std::vector<uint32_t> mv = excl.is_none() ? std::vector<uint32_t>{}
+                                                        : exclusion_mask(excl.cast<py::array>(), r.n);
+        const int64_t R = r.R, n = r.n, chunks = (n + 1023) / 1024;
         DevBuf dx(R * n * 4), dk(R * chunks * 8), db(R * chunks * 4), dout(R * 4), dm((n + 31) / 32 * 4);
-        check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), R * n * 4, cudaMemcpyHostToDevice));
+        check(cudaMemcpy(dx.p, r.p, R * n * 4, cudaMemcpyHostToDevice));
         const uint32_t *mask = nullptr;
-        if (greedy && !excl.is_none()) {
-            auto mv = mask_from_ids(excl.cast<py::array>(), n);
-            if (!mv.empty()) {
-                check(cudaMemcpy(dm.p, mv.data(), mv.size() * 4, cudaMemcpyHostToDevice));
-                mask = dm.as<uint32_t>();
-            }
+        if (greedy && !mv.empty()) {
+            check(cudaMemcpy(dm.p, mv.data(), mv.size() * 4, cudaMemcpyHostToDevice));
+            mask = dm.as<uint32_t>();
         }
         lmt::cuda::launch_argmax_rows(dx.as<float>(), (int)R, (int)n, greedy, mask, dk.as<uint64_t>(), db.as<uint32_t>(),
                                       dout.as<uint32_t>(), 0);
-        check(cudaMemcpy(data_of<uint32_t>(out, "out", true), dout.p, R * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(op, dout.p, R * 4, cudaMemcpyDeviceToHost));
     };
     sub.def("argmax_rows", [argmax_impl](const py::array &x, py::array &out, int) { argmax_impl(x, py::none(), out, false); });
     sub.def("greedy_argmax_rows", [argmax_impl](const py::array &x, const py::array &excl, py::array &out, int) {
         argmax_impl(x, excl, out, true);
     });
     sub.def("topk_rows", [](const py::array &x, int64_t k, py::array &ids, py::array &vals, int) {
-        const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
+        const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
         if (k > 2048) throw py::value_error("cuda topk: k must be <= 2048");
+        uint32_t *ip = lmt::bind::out_of<uint32_t>(ids, "ids", {r.R, k});
+        float *vp = lmt::bind::out_of<float>(vals, "values", {r.R, k});
+        const int64_t R = r.R, n = r.n;
         DevBuf dx(R * n * 4), ds(lmt::cuda::topk_scratch_elems((int)R, (int)n, (int)k) * 8), di(R * k * 4), dv(R * k * 4);
-        check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), R * n * 4, cudaMemcpyHostToDevice));
+        check(cudaMemcpy(dx.p, r.p, R * n * 4, cudaMemcpyHostToDevice));
         lmt::cuda::launch_topk_rows(dx.as<float>(), (int)R, (int)n, (int)k, ds.as<uint64_t>(), di.as<uint32_t>(),
                                     dv.as<float>(), 0);
-        check(cudaMemcpy(data_of<uint32_t>(ids, "ids", true), di.p, R * k * 4, cudaMemcpyDeviceToHost));
-        check(cudaMemcpy(data_of<float>(vals, "values", true), dv.p, R * k * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(ip, di.p, R * k * 4, cudaMemcpyDeviceToHost));
+        check(cudaMemcpy(vp, dv.p, R * k * 4, cudaMemcpyDeviceToHost));
     });
 
     py::class_<lmt::cuda::DeviceHead>(sub, "DeviceHead")
@@ -216,7 +217,7 @@ void bind_cuda(py::module_ &m) {
              })
         .def("greedy",
              [](lmt::cuda::DeviceHead &h, const py::array &excl, py::array &out) {
-                 auto mask = mask_from_ids(excl, h.rows());
+                 auto mask = exclusion_mask(excl, h.rows());
                  uint32_t *p = data_of<uint32_t>(out, "out", true);
                  const int T = (int)out.size();
                  py::gil_scoped_release nogil;

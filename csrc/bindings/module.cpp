@@ -72,20 +72,9 @@ PYBIND11_MODULE(_core, m) {
         m.def(
             name,
             [fn](const py::array &x, const py::object &gamma, py::array &out, float eps) {
-                const int64_t T = dim(x, 0, "x"), cols = dim(x, 1, "x");
-                expect_shape(x, "x", {T, cols});
-                expect_shape(out, "out", {T, cols});
-                const float *xp = data_of<float>(x, "x", false);
-                float *op = data_of<float>(out, "out", true);
-                const float *gp = nullptr;
-                py::array g;
-                if (!gamma.is_none()) {
-                    g = gamma.cast<py::array>();
-                    expect_shape(g, "gamma", {cols});
-                    gp = data_of<float>(g, "gamma", false);
-                }
+                const lmt::bind::NormArgs a = lmt::bind::norm_args(x, gamma, out);
                 py::gil_scoped_release nogil;
-                fn(xp, gp, op, T, cols, eps);
+                fn(a.x, a.gamma, a.out, a.T, a.cols, eps);
             },
             py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
     };
@@ -158,46 +147,30 @@ PYBIND11_MODULE(_core, m) {
     m.def(
         "argmax_rows",
         [](const py::array &x, py::array &out, int threads) {
-            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
-            expect_shape(x, "x", {R, n});
-            expect_shape(out, "out", {R});
-            const float *xp = data_of<float>(x, "x", false);
-            uint32_t *op = data_of<uint32_t>(out, "out", true);
+            const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
+            uint32_t *op = lmt::bind::out_of<uint32_t>(out, "out", {r.R});
             py::gil_scoped_release nogil;
-            lmt::cpu::argmax_rows(xp, R, n, op, threads);
+            lmt::cpu::argmax_rows(r.p, r.R, r.n, op, threads);
         },
         py::arg("x"), py::arg("out"), py::arg("threads") = 0);
     m.def(
         "greedy_argmax_rows",
         [](const py::array &x, const py::array &excluded, py::array &out, int threads) {
-            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
-            expect_shape(x, "x", {R, n});
-            expect_shape(out, "out", {R});
-            if (excluded.ndim() != 1) throw lmt::ArgumentError("excluded: expected a 1-D array");
-            const float *xp = data_of<float>(x, "x", false);
-            const uint32_t *ep = data_of<uint32_t>(excluded, "excluded", false);
-            const int64_t ne = (int64_t)excluded.shape(0);
-            for (int64_t i = 0; i < ne; ++i)
-                if ((int64_t)ep[i] >= n)
-                    throw lmt::ArgumentError("excluded: token id " + std::to_string(ep[i]) + " out of range [0, " +
-                                             std::to_string(n) + ")");
-            uint32_t *op = data_of<uint32_t>(out, "out", true);
+            const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
+            uint32_t *op = lmt::bind::out_of<uint32_t>(out, "out", {r.R});
+            const lmt::bind::IdsArg e = lmt::bind::excluded_arg(excluded, r.n);
             py::gil_scoped_release nogil;
-            lmt::cpu::greedy_argmax_rows(xp, R, n, ep, ne, op, threads);
+            lmt::cpu::greedy_argmax_rows(r.p, r.R, r.n, e.p, e.size, op, threads);
         },
         py::arg("x"), py::arg("excluded"), py::arg("out"), py::arg("threads") = 0);
     m.def(
         "topk_rows",
         [](const py::array &x, int64_t k, py::array &ids, py::array &values, int threads) {
-            const int64_t R = dim(x, 0, "x"), n = dim(x, 1, "x");
-            expect_shape(x, "x", {R, n});
-            expect_shape(ids, "ids", {R, k});
-            expect_shape(values, "values", {R, k});
-            const float *xp = data_of<float>(x, "x", false);
-            uint32_t *ip = data_of<uint32_t>(ids, "ids", true);
-            float *vp = data_of<float>(values, "values", true);
+            const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
+            uint32_t *ip = lmt::bind::out_of<uint32_t>(ids, "ids", {r.R, k});
+            float *vp = lmt::bind::out_of<float>(values, "values", {r.R, k});
             py::gil_scoped_release nogil;
-            lmt::cpu::topk_rows(xp, R, n, k, ip, vp, threads);
+            lmt::cpu::topk_rows(r.p, r.R, r.n, k, ip, vp, threads);
         },
         py::arg("x"), py::arg("k"), py::arg("ids"), py::arg("values"), py::arg("threads") = 0);
 
