@@ -8,7 +8,6 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -138,15 +137,6 @@ void bind_cuda(py::module_ &m) {
         check(cudaMemcpy(h, d.p, n * 4, cudaMemcpyDeviceToHost));
     });
     sub.def("softcap", [](py::array &x, float s, float cap, bool four_pass, int) { unary(x, s, cap, four_pass ? 2 : 3); });
-    sub.def("all_finite", [](const py::array &x, int) {
-        const float *p = data_of<float>(x, "x", false);
-        for (py::ssize_t i = 0; i < x.size(); ++i) {
-            uint32_t u;
-            std::memcpy(&u, p + i, 4);
-            if ((u & 0x7F800000u) == 0x7F800000u) return false;
-        }
-        return true;
-    });
     auto argmax_impl = [](const py::array &x, const py::object &excl, py::array &out, bool greedy) {
         const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
         uint32_t *op = lmt::bind::out_of<uint32_t>(out, "out", {r.R});

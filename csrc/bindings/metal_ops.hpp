@@ -130,16 +130,6 @@ inline void bind_ops(py::module_ &e) {
             be::softcap(p, n, s, cap, four_pass);
         },
         py::arg("x"), py::arg("s"), py::arg("cap"), py::arg("four_pass") = true, py::arg("threads") = 0);
-    // Host-side scan of the shared buffer (Route A's fail-closed check runs on the CPU by design).
-    e.def(
-        "all_finite",
-        [](const py::array &x, int threads) {
-            const float *p = data_of<float>(x, "x", false);
-            const int64_t n = (int64_t)x.size();
-            py::gil_scoped_release nogil;
-            return lmt::cpu::all_finite(p, n, threads);
-        },
-        py::arg("x"), py::arg("threads") = 0);
     e.def(
         "argmax_rows",
         [](const py::array &x, py::array &out, int) {

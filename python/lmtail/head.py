@@ -9,10 +9,14 @@ from typing import Optional
 
 import numpy as np
 
-from . import _backend
+from . import _backend, _core
 from ._validate import finite_float, float32_array, precision_arg, q5k_weight, threads_arg, token_ids
 from .errors import BackendError, NonFiniteLogitsError, ParameterError, ShapeError
 from .ops import check_greedy
+
+# The fail-closed finite checks scan host memory (the hidden rows, and route A's staging rows after
+# the read-back), so every backend uses the CPU's threaded SIMD scan rather than one of its own.
+_all_finite = _core.all_finite
 
 
 def _first_nonfinite(x: np.ndarray) -> tuple:
@@ -181,7 +185,7 @@ class Head:
         if h.shape[-1] != self._cols:
             raise ShapeError(f"hidden: expected rows of length {self._cols}; found shape {h.shape}")
         h2 = h.reshape(-1, self._cols)
-        if not self._impl.all_finite(h2, self._threads):
+        if not _all_finite(h2, self._threads):
             raise NonFiniteLogitsError(f"hidden: non-finite value at {_first_nonfinite(h2)}")
         return h2
 
@@ -255,11 +259,11 @@ class Head:
         else:  # the other backends implement f32 activations only (precision_arg checked it)
             impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
         t2 = time.perf_counter()
-        if not impl.all_finite(logits, th):
+        if not _all_finite(logits, th):
             raise NonFiniteLogitsError(f"logits before the soft cap: non-finite value at {_first_nonfinite(logits)}")
         impl.softcap(logits, self._scale, self._softcap, True, th)
         t3 = time.perf_counter()
-        if not impl.all_finite(logits, th):
+        if not _all_finite(logits, th):
             raise NonFiniteLogitsError(f"logits after scale/soft cap: non-finite value at {_first_nonfinite(logits)}")
         self.last_timings = {"norm": t1 - t0, "head": t2 - t1, "cap": t3 - t2}
         return logits
