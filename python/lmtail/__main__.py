@@ -1,55 +1,44 @@
-"""``python -m lmtail demo``: the LM-head tail on an embedded default or a real GGUF head.
+"""``lmtail`` (or ``python -m lmtail``): ``demo`` runs the LM-head tail on an embedded default or
+a real GGUF head; ``bench`` measures this machine's read bandwidth and the tail per stage.
 
 The default head is shaped like the seed model's (202048 x 6656 Q5_K, 924.6 MB). Quantising
 1.3e9 floats would take minutes, so a 4096-row slab of seeded N(0, 0.02) weights is quantised
 and tiled to 202048 rows; every call still streams all 924.6 MB from memory.
+
+User errors (a bad option value, an unreadable or unsupported GGUF file) print one line naming
+the typed error, with a hint, and exit with status 2; ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
 
+# The speculative part reads the top 40 (draft and p/q rows) and the chain's top-k + 1 (41).
+_SPEC_MIN_ROWS = 41
 
-def _build_default(rows: int, cols: int, seed: int, precision=None):
-    import lmtail
 
-    rng = np.random.default_rng(seed)
-    slab_rows = min(rows, 4096)
-    t0 = time.perf_counter()
-    slab = lmtail.quantize_q5_k((rng.standard_normal((slab_rows, cols)) * 0.02).astype(np.float32))
-    reps = -(-rows // slab_rows)
-    weight = np.ascontiguousarray(np.tile(slab, (reps, 1))[:rows])
-    # Tiled copies would give every logit a twin (exact ties at the top-k boundary, which the
-    # exact top-k route must answer with a whole-row read). Nudge the first block scale (fp16) of
-    # copy c by c ulps so copies differ.
-    if reps > 1:
-        d_bits = weight[:, 0:2].copy().view(np.uint16)[:, 0]
-        copy_no = (np.arange(rows) // slab_rows).astype(np.uint16)
-        weight[:, 0:2] = (d_bits + copy_no).astype(np.uint16).view(np.uint8).reshape(rows, 2)
-    gamma = rng.uniform(0.8, 1.2, cols).astype(np.float32)
-    dt = time.perf_counter() - t0
+def _build_default(rows: int, cols: int, seed: int, precision=None, threads=None):
+    from .bench import synthetic_head, synthetic_weights
+
+    weight, gamma, rng, dt = synthetic_weights(rows, cols, seed)
     print(f"built synthetic head {rows} x {cols} Q5_K ({weight.nbytes / 1e6:.1f} MB): quantised a "
-          f"{slab_rows}-row slab and tiled it ({dt:.2f} s)")
-    head = lmtail.Head(weight, gamma, logit_scale=0.196116, softcap=20.0, eps=1e-5, precision=precision)
-    return head, rng
+          f"{min(rows, 4096)}-row slab and tiled it ({dt:.2f} s)")
+    return synthetic_head(weight, gamma, threads=threads, precision=precision), rng
 
 
-def demo(argv=None) -> int:
-    import lmtail
-
-    p = argparse.ArgumentParser(prog="python -m lmtail demo", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gguf", help="use output.weight of this GGUF model instead of the synthetic head")
-    p.add_argument("--rows", type=int, default=202048)
-    p.add_argument("--cols", type=int, default=6656)
+    p.add_argument("--rows", type=int, default=None, help="synthetic head rows (default 202048)")
+    p.add_argument("--cols", type=int, default=None, help="synthetic head cols, a multiple of 256 (default 6656)")
     p.add_argument("--tokens", type=int, default=1, help="T: hidden rows per step (speculative verify width)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--topk", type=int, default=40)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=int, default=None, help="head threads (default: all)")
     p.add_argument("--precision", choices=["i24", "f32", "i16"], default=None,
                    help="head matvec activation precision (CPU default i24: 24-bit block fixed point, "
                         "f32-grade; f32: f32 arithmetic; i16: fastest, ~3e-5)")
@@ -59,14 +48,44 @@ def demo(argv=None) -> int:
     p.add_argument("--temp", type=float, default=0.8, help="common_chain temperature")
     p.add_argument("--draft", type=int, default=4, help="drafts per speculative step (0: skip that part)")
     p.add_argument("--spec-steps", type=int, default=3, help="speculative verification steps")
-    a = p.parse_args(argv)
 
+
+def _check_demo_args(a) -> None:
+    """Refuse bad option values with the option's name, before the head is built."""
+    from .errors import ParameterError
+
+    for name, lo in (("rows", 1), ("cols", 256), ("tokens", 1), ("steps", 1), ("topk", 1), ("threads", 1),
+                     ("draft", 0), ("spec_steps", 0)):
+        v = getattr(a, name)
+        if v is not None and v < lo:
+            raise ParameterError(f"--{name.replace('_', '-')}: expected an integer >= {lo}; found {v}")
+    if a.cols is not None and a.cols % 256:
+        raise ParameterError(f"--cols: expected a multiple of 256 (a Q5_K row is made of 256-wide blocks); "
+                             f"found {a.cols}")
+    if a.gguf and (a.rows is not None or a.cols is not None):
+        raise ParameterError("--rows/--cols shape the synthetic head; a --gguf head has the file's shape")
+    if not np.isfinite(a.temp):
+        raise ParameterError(f"--temp: expected a finite number; found {a.temp}")
+
+
+def demo(a) -> int:
+    """``lmtail demo`` on parsed arguments."""
+    import lmtail
+    from .errors import ParameterError
+
+    _check_demo_args(a)
     if a.gguf:
         head = lmtail.Head.from_gguf(a.gguf, threads=a.threads, precision=a.precision)
         rng = np.random.default_rng(a.seed)
         print(f"loaded {a.gguf}: {head!r}")
     else:
-        head, rng = _build_default(a.rows, a.cols, a.seed, a.precision)
+        head, rng = _build_default(a.rows if a.rows is not None else 202048,
+                                   a.cols if a.cols is not None else 6656, a.seed, a.precision, a.threads)
+    if a.topk > head.rows:
+        raise ParameterError(f"--topk: expected at most the head's {head.rows} rows; found {a.topk}")
+    if a.draft > 0 and a.spec_steps > 0 and head.rows < _SPEC_MIN_ROWS:
+        raise ParameterError(f"the speculative part reads the top {_SPEC_MIN_ROWS} candidates, more than this "
+                             f"head's {head.rows} rows; pass --draft 0 to skip it")
     print(f"backend={head.backend} simd={lmtail._core.isa_name()} threads={a.threads or lmtail._core.default_threads()} "
           f"precision={head.precision} logit_scale={head.logit_scale} softcap={head.softcap} "
           f"eog_ids={list(head.eog_ids)[:8]}")
@@ -171,15 +190,102 @@ def _speculative(head, rng, a) -> None:
         print(f"{name:26s} {acc:8d}/{n * a.spec_steps:<8d} {toks / a.spec_steps:12.2f} {nbytes / max(toks, 1):22.0f}")
 
 
-def main(argv=None) -> int:
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``PROG: error: ...; see PROG --help``), exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _prog_name() -> str:
+    # The console script runs with argv[0] = .../bin/lmtail; `python -m lmtail` with .../__main__.py.
+    base = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if not base or base in ("__main__.py", "-c", "-m"):
+        return "python -m lmtail"
+    return base[:-3] if base.endswith(".py") else base
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    from . import __version__
+    from .bench import __doc__ as bench_doc
+    from .bench import add_arguments as bench_arguments
+
+    debug = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's default must not overwrite `lmtail --debug demo`.
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the full traceback of an error instead of one line")
+    p = _Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"lmtail {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the full traceback of an error instead of one line")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    d = sub.add_parser("demo", parents=[debug], help="run the LM-head tail on a synthetic or a GGUF head",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _demo_arguments(d)
+    b = sub.add_parser("bench", parents=[debug], help="measure read bandwidth and the tail per stage",
+                       description=bench_doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench_arguments(b)
+    return p
+
+
+def _hint(e: BaseException, command: str) -> str:
+    from .errors import BackendError, GGUFError, NonFiniteLogitsError
+
+    if isinstance(e, GGUFError):
+        return "--gguf takes a llama.cpp GGUF model whose output.weight (or tied token_embd.weight) is Q5_K"
+    if isinstance(e, BackendError):
+        import lmtail
+
+        return f"backends here: {', '.join(lmtail.backends())}"
+    if isinstance(e, NonFiniteLogitsError):
+        return "the head produced a non-finite value: check the model's weights and norm"
+    if isinstance(e, MemoryError):
+        return "not enough memory: try a smaller --rows"
+    return f"see {command} --help"
+
+
+def main(argv=None, prog=None) -> int:
+    """The ``lmtail`` command: ``demo``, ``bench``, ``--version``; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m lmtail demo [--gguf PATH] [--tokens T] [--steps N] [--threads N]")
-        return 0 if argv else 2
-    if argv[0] == "demo":
-        return demo(argv[1:])
-    print(f"unknown command {argv[0]!r}; try: python -m lmtail demo", file=sys.stderr)
-    return 2
+    prog = prog or _prog_name()
+    p = _parser(prog)
+    if not argv:
+        p.print_usage(sys.stderr)
+        print(f"{prog}: a command is required: demo or bench (see {prog} --help)", file=sys.stderr)
+        return 2
+    a = p.parse_args(argv)
+    if a.command is None:
+        p.print_usage(sys.stderr)
+        print(f"{prog}: a command is required: demo or bench (see {prog} --help)", file=sys.stderr)
+        return 2
+    command = f"{prog} {a.command}"
+    if getattr(a, "debug", False):
+        return _run(a)
+    from .errors import LmtailError
+
+    try:
+        return _run(a)
+    except BrokenPipeError:
+        # stdout closed early (`lmtail bench --json | head`): not an error of ours; silence the
+        # interpreter's flush at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (LmtailError, OSError, MemoryError) as e:
+        # A user error (bad value, bad or missing file): one line; a bug keeps its traceback.
+        print(f"{command}: error: {type(e).__name__}: {e} (hint: {_hint(e, command)}; --debug shows the "
+              f"traceback)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(a) -> int:
+    if a.command == "demo":
+        return demo(a)
+    from . import bench
+
+    return bench.main(a)
 
 
 if __name__ == "__main__":
