@@ -210,7 +210,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     from .bench import __doc__ as bench_doc
     from .bench import add_arguments as bench_arguments
 
-    debug = argparse.ArgumentParser(add_help=False)
+    debug = _Parser(add_help=False)
     # SUPPRESS: a subcommand's default must not overwrite `lmtail --debug demo`.
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show the full traceback of an error instead of one line")

@@ -439,7 +439,8 @@ def plot(doc: dict, path: str) -> None:
     """Time per stage (stacked, per backend and selection) and bandwidth use, as one PNG."""
     plt = _matplotlib()
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
-    labels, parts = [], {s: [] for s in ("norm", "head", "cap", "select")}
+    labels: list = []
+    parts: dict[str, list] = {s: [] for s in ("norm", "head", "cap", "select")}
     for r in doc["results"]:
         st = {s["stage"]: s["ms"] for s in r["stages"]}
         for sel in ("greedy", "topk"):
