@@ -168,6 +168,7 @@ def check_bench_doc(doc, rows, cols, repeat, tokens=1):
     assert m["isa"] == _core.isa_name() and m["lmtail"] == lmtail.__version__
     all_threads = int(_core.default_threads())
     assert m["default_threads"] == all_threads
+    assert m["loadavg"] is None or (len(m["loadavg"]) == 3 and all(x >= 0 for x in m["loadavg"]))
     bw = doc["bandwidth"]
     assert bw is not None and bw["buffer_bytes"] > 0 and bw["runs"] >= 1
     assert {r["threads"] for r in bw["results"]} == {1, all_threads}

@@ -158,8 +158,12 @@ def machine_info() -> dict:
         "cpu": None, "isa": _core.isa_name(), "cpu_flags": None, "machine": platform.machine(),
         "system": platform.system(), "nproc": os.cpu_count(), "default_threads": int(_core.default_threads()),
         "llc_bytes": llc_bytes(), "python": platform.python_version(), "numpy": np.__version__,
-        "lmtail": __version__,
+        "lmtail": __version__, "loadavg": None,
     }
+    try:
+        info["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        pass
     try:
         txt = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -405,6 +409,10 @@ def table(doc: dict) -> str:
     m, h, bw = doc["machine"], doc["head"], doc["bandwidth"]
     out = [f"cpu: {m['cpu']} | lmtail {m['lmtail']} isa {m['isa']} | {m['nproc']} cpus | "
            f"LLC {_fmt(m['llc_bytes'] and m['llc_bytes'] / 2**20, '.0f')} MiB"]
+    load = m.get("loadavg")
+    if load and m["nproc"] and load[0] > 0.5 * m["nproc"]:
+        out.append(f"WARNING: load average {load[0]:.1f} on {m['nproc']} cpus: other processes share the CPU, "
+                   f"so the figures below are not this machine's best")
     if bw is None:
         out.append("read bandwidth: no probe in this build (the % bw column is empty)")
     else:
