@@ -3,8 +3,11 @@ algorithm (``src/llama-grammar.cpp``: advance_stack, accept_chr, reject_candidat
 apply, accept_token) written directly over lmtail's parsed rules, with none of the Earley engine.
 
 Stacks are tuples of positions ``(rule, index)``, top last.  It is exponential on ambiguous
-grammars and loops on hidden left recursion -- exactly like llama.cpp -- so :class:`TooBig` is
-raised when a stack set or a stack grows past a bound; tests skip those inputs.
+grammars and loops on hidden left recursion -- exactly like llama.cpp -- so every path is
+bounded: :class:`TooBig` is raised when a stack set or a stack grows past a bound, or when one
+operation (constructor, ``allowed``, ``accept``) has done more than ``MAX_WORK`` steps; tests
+skip those inputs.  (``accept`` once had no bound and ran for over 30 minutes on a grammar
+hypothesis drew.)
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from lmtail.grammar.utf8 import decode_piece
 
 MAX_STACKS = 2000
 MAX_DEPTH = 200
+MAX_WORK = 50_000  # steps (stack expansions, character checks) per public operation
 
 
 class TooBig(Exception):
@@ -25,6 +29,7 @@ class TooBig(Exception):
 class RefGrammar:
     def __init__(self, parsed: ParsedGrammar, root: str = "root"):
         self.rules = parsed.rules
+        self.work = 0
         start = parsed.symbol_ids[root]
         stacks: list[tuple] = []
         rule = self.rules[start]
@@ -44,10 +49,18 @@ class RefGrammar:
     def el(self, pos):
         return self.rules[pos[0]][pos[1]]
 
+    def _tick(self, n: int = 1) -> None:
+        self.work += n
+        if self.work > MAX_WORK:
+            raise TooBig
+
     def _eos(self, pos) -> bool:
         return self.el(pos)[0] in (END, ALT)
 
-    def _advance(self, stack: tuple, out: list) -> None:
+    def _advance(self, stack: tuple, out: list, out_set: set | None = None) -> None:
+        """llama_grammar_advance_stack; ``out_set`` mirrors ``out`` for O(1) deduplication."""
+        if out_set is None:
+            out_set = set(out)
         todo = [stack]
         seen = set()
         while todo:
@@ -55,10 +68,12 @@ class RefGrammar:
             if cur in seen:
                 continue
             seen.add(cur)
+            self._tick()
             if len(seen) > MAX_STACKS or len(cur) > MAX_DEPTH:
                 raise TooBig
             if not cur:
-                if cur not in out:
+                if cur not in out_set:
+                    out_set.add(cur)
                     out.append(cur)
                 continue
             pos = cur[-1]
@@ -80,7 +95,8 @@ class RefGrammar:
                     else:
                         break
             elif typ in (CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT):
-                if cur not in out:
+                if cur not in out_set:
+                    out_set.add(cur)
                     out.append(cur)
             else:  # pragma: no cover
                 raise AssertionError("stack left on a modifier")
@@ -139,7 +155,8 @@ class RefGrammar:
                 break
         return not positive
 
-    def _accept_chr(self, stack, c, out) -> None:
+    def _accept_chr(self, stack, c, out, out_set) -> None:
+        self._tick()
         if not stack:
             return
         pos = stack[-1]
@@ -150,7 +167,7 @@ class RefGrammar:
             nxt = stack[:-1]
             if not self._eos(after):
                 nxt = nxt + (after,)
-            self._advance(nxt, out)
+            self._advance(nxt, out, out_set)
 
     # -- the sampler ---------------------------------------------------------------------------
 
@@ -162,12 +179,14 @@ class RefGrammar:
             return self.complete()
         if not piece or piece[0] == 0:
             return False
+        self.work = 0
         cps, fin = decode_piece(piece, self.partial)
         if 0 in cps:
             cps = cps[: cps.index(0)]
         return any(self._ok(s, token, cps, 0, fin) for s in self.stacks)
 
     def _ok(self, stack, token, cps, k, fin) -> bool:
+        self._tick()
         if not stack:
             return k == len(cps) and fin[1] == 0
         pos = stack[-1]
@@ -190,8 +209,10 @@ class RefGrammar:
 
     def accept(self, token: int, piece: bytes) -> bool:
         """llama_grammar_accept_token; returns False where llama.cpp throws (state unchanged)."""
+        self.work = 0
         cps, fin = decode_piece(piece, self.partial)
         new: list = []
+        new_set: set = set()
         for stack in self.stacks:
             if not stack:
                 continue
@@ -202,19 +223,26 @@ class RefGrammar:
                     nxt = stack[:-1]
                     if not self._eos((pos[0], pos[1] + 1)):
                         nxt = nxt + ((pos[0], pos[1] + 1),)
-                    self._advance(nxt, new)
+                    self._advance(nxt, new, new_set)
             else:
                 cur = [stack]
                 for c in cps:
                     nxt_stacks: list = []
+                    nxt_set: set = set()
                     for s in cur:
-                        self._accept_chr(s, c, nxt_stacks)
+                        self._accept_chr(s, c, nxt_stacks, nxt_set)
+                    if len(nxt_stacks) > MAX_STACKS:
+                        raise TooBig
                     cur = nxt_stacks
                     if not cur:
                         break
                 for s in cur:
-                    if s not in new:
+                    self._tick()
+                    if s not in new_set:
+                        new_set.add(s)
                         new.append(s)
+            if len(new) > MAX_STACKS:
+                raise TooBig
         if not new:
             return False
         self.stacks = new

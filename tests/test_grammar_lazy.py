@@ -1,5 +1,8 @@
 """Lazy grammars (trigger tokens, words, patterns) against llama.cpp's lazy grammar sampler:
-full masks at every step along a token stream that fires the trigger mid-text."""
+full masks at every step along a token stream that fires the trigger mid-text; the linear-time
+trigger automaton (:mod:`lmtail.grammar.regex`) against Python's ``re`` on random patterns; typed
+errors, validated snapshots.  Only the oracle comparison needs a GGUF vocabulary; every other
+test builds the small vocabulary it needs."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ import pytest
 
 from lmtail.errors import GrammarError, ParameterError
 from lmtail.grammar import Grammar, Vocab
-from lmtail.grammar.lazy import LazyGrammarMatcher, words_pattern
+from lmtail.grammar.lazy import LazyGrammarMatcher, LazySnapshot, words_pattern
+from lmtail.grammar.regex import TriggerRegex
 
 from oracle._lib import vocab_gguf as _path
 
@@ -23,9 +27,21 @@ _V: dict = {}
 
 
 def _vocab(name="gpt-2") -> Vocab:
+    path = _path(name)
+    if path is None:
+        pytest.skip(f"ggml-vocab-{name}.gguf not found (../shared/vocab or the llama-cpp-python sdist)")
     if name not in _V:
-        _V[name] = Vocab.from_gguf(_path(name))
+        _V[name] = Vocab.from_gguf(path)
     return _V[name]
+
+
+PIECES = [b"<", b"Hello", b"abc", b" the", b"a", b"c", b"x", b">", b"tool", b"<tool>", b" ", b"\n", b"aa",
+          "é".encode(), b"\xc3", b"call", b"</tool>", b"</s>"]  # fmt: skip
+VOCAB = Vocab(PIECES, eog_ids=[len(PIECES) - 1])
+
+
+def tid(piece: bytes) -> int:
+    return PIECES.index(piece)
 
 
 CASES = {
@@ -64,39 +80,249 @@ def test_lazy_masks_match_llama(case):
 
 
 def test_trigger_token():
-    v = _vocab()
-    tok = v.pieces.index(b"<")
+    v = VOCAB
+    tok = tid(b"<")
     g = Grammar.parse('root ::= "<" [a-z]+ ">"')
     m = LazyGrammarMatcher(g, v, trigger_tokens=[tok])
     assert m.awaiting_trigger and m.allows(v.eog_ids[0]) and m.mask().all()
-    m.accept(v.pieces.index(b"Hello"))
+    m.accept(tid(b"Hello"))
     assert m.awaiting_trigger
     m.accept(tok)
     assert not m.awaiting_trigger
-    assert m.allows(v.pieces.index(b"abc")) and not m.allows(v.pieces.index(b"<"))
+    assert m.allows(tid(b"abc")) and not m.allows(tid(b"<"))
 
 
 def test_words_pattern_and_errors():
     assert words_pattern(["a.b", "(x)"]) == b"[\\s\\S]*?(a\\.b|\\(x\\))[\\s\\S]*"
-    v = _vocab()
+    v = VOCAB
     g = Grammar.parse('root ::= "x"')
     with pytest.raises(ParameterError):
         LazyGrammarMatcher(g, v, trigger_patterns=["a"], trigger_words=["b"])
     # a trigger whose replayed text the grammar refuses: llama.cpp throws; lmtail raises, unchanged
-    m = LazyGrammarMatcher(g, v, trigger_patterns=["Hello"])
-    snap = m.snapshot()
-    with pytest.raises(GrammarError):
-        m.accept(v.pieces.index(b"Hello"))
-    assert m.snapshot() == snap
+    for kw in (dict(trigger_patterns=["Hello"]), dict(trigger_patterns=["H[a-z]+o"]), dict(trigger_words=["ell"])):
+        m = LazyGrammarMatcher(g, v, **kw)
+        m.accept(tid(b"abc"))
+        snap = m.snapshot()
+        with pytest.raises(GrammarError):
+            m.accept(tid(b"Hello"))
+        assert m.snapshot() == snap, kw
+        m.accept(tid(b"abc"))
+        assert m.awaiting_trigger
 
 
 def test_incremental_literal_is_linear():
     import time
 
-    v = _vocab()
-    m = LazyGrammarMatcher(Grammar.parse('root ::= "x"'), v, trigger_words=["<never>"])
-    t = v.pieces.index(b" the")
+    m = LazyGrammarMatcher(Grammar.parse('root ::= "x"'), VOCAB, trigger_words=["<never>"])
+    t = tid(b" the")
     t0 = time.perf_counter()
     for _ in range(20000):
         m.accept(t)
     assert m.awaiting_trigger and time.perf_counter() - t0 < 5.0
+
+
+def test_backtracking_pattern_is_linear():
+    # std::regex backtracks exponentially on (a+)+c over a run of a's (llama.cpp: 28.7 s at 28
+    # tokens, doubling per token); the automaton does a bounded amount of work per byte
+    g = Grammar.parse('root ::= "a"* "c"')
+    m = LazyGrammarMatcher(g, VOCAB, trigger_patterns=["(a+)+c"])
+    a = tid(b"a")
+    for n in range(1, 1001):
+        m.accept(a)
+        assert m.awaiting_trigger
+        assert m.steps <= 40 * n, (n, m.steps)
+    m.accept(tid(b"c"))  # fires: group 1 starts at 0, so all 1001 bytes are replayed
+    assert not m.awaiting_trigger and m.is_complete()
+    assert m.steps <= 40 * 1001 + 20 * 1001  # plus one linear capture pass
+
+
+@pytest.mark.parametrize("pattern", [
+    "(", "a)", "[a", "*a", "a**", "a{2,1}", "+", "a{", "x{99999}", "\\", "\\q", "\\u00e9", "\\x4",
+    "\\1", "(a)\\1", "(?=a)", "(?!a)b", "(?<=a)b", "(?<!a)b", "(?P<n>a)", "^*", "[z-a]", "[\\d-z]", "\\cé",
+])  # fmt: skip
+def test_bad_trigger_patterns_are_grammar_errors(pattern):
+    with pytest.raises(GrammarError):
+        LazyGrammarMatcher(Grammar.parse('root ::= "x"'), VOCAB, trigger_patterns=[pattern])
+
+
+@pytest.mark.parametrize("kw", [
+    dict(trigger_tokens=[len(PIECES)]), dict(trigger_tokens=[-1]), dict(trigger_tokens=["1"]),
+    dict(trigger_tokens=[True]), dict(trigger_tokens=[0.5]), dict(trigger_tokens=5),
+    dict(trigger_patterns="abc"), dict(trigger_patterns=[5]), dict(trigger_words=[None]), dict(trigger_words=b"ab"),
+], ids=repr)  # fmt: skip
+def test_bad_trigger_arguments_are_parameter_errors(kw):
+    with pytest.raises(ParameterError):
+        LazyGrammarMatcher(Grammar.parse('root ::= "x"'), VOCAB, **kw)
+
+
+def test_lazy_matcher_arguments_are_strict():
+    g = Grammar.parse('root ::= "x"')
+    with pytest.raises(ParameterError):
+        LazyGrammarMatcher(g, None, trigger_words=["x"])
+    m = LazyGrammarMatcher(g, VOCAB, trigger_words=["<tool>"])
+    snap = m.snapshot()
+    for bad in ("0", 0.5, True, np.bool_(False), None, -1, len(PIECES)):
+        for call in (m.accept, m.allows, m.explain, lambda t: m.accept_many([tid(b"a"), t])):
+            with pytest.raises(ParameterError):
+                call(bad)
+        assert m.snapshot() == snap
+    m.accept(np.int64(tid(b"a")))
+    with pytest.raises(ParameterError):
+        m.mask([True] * len(PIECES))
+
+
+def test_lazy_restore_validates_everything_first():
+    from lmtail.grammar.matcher import GrammarSnapshot
+
+    g = Grammar.parse('root ::= "<tool>" [a-z]+')
+    m = LazyGrammarMatcher(g, VOCAB, trigger_patterns=["<to+l>"])
+    other = LazyGrammarMatcher(g, VOCAB, trigger_patterns=["<to+l>"])
+    m.accept(tid(b"Hello"))
+    m.accept(tid(b"<"))
+    good = m.snapshot()
+    a, buf, pos, det, inner, ver = good
+    fired = LazyGrammarMatcher(g, VOCAB, trigger_patterns=["<to+l>"])
+    fired.accept(tid(b"<tool>"))
+    bad = {
+        "tuple": tuple(good),
+        "version": good._replace(version=2),
+        "awaiting int": good._replace(awaiting=1),
+        "buffer short": good._replace(buffer=buf[:-1]),
+        "buffer other": good._replace(buffer=b"Hellp<"),
+        "position token": good._replace(positions=((tid(b"abc"), 0, 5),) + pos[1:]),
+        "position gap": good._replace(positions=pos[:1]),
+        "position float": good._replace(positions=((pos[0][0], 0.0, 5),) + pos[1:]),
+        "detection count": good._replace(detection=det + det),
+        "detection of another matcher": good._replace(detection=other.snapshot().detection),
+        "detection garbage": good._replace(detection=("x",)),
+        "inner moved while awaiting": good._replace(inner=fired.snapshot().inner),
+        "inner pending": good._replace(inner=GrammarSnapshot(inner.state, (0, 7))),
+        "triggered with a buffer": good._replace(awaiting=False),
+    }
+    mask = m.mask().copy()
+    for name, snap in bad.items():
+        with pytest.raises(ParameterError):
+            m.restore(snap)
+        assert m.snapshot() == good, name
+        assert np.array_equal(m.mask(), mask)
+    m.accept(tid(b"tool"))
+    m.accept(tid(b">"))
+    assert not m.awaiting_trigger and m.allows(tid(b"abc"))
+    m.restore(good)
+    assert m.awaiting_trigger
+    m.accept(tid(b"tool"))
+    assert m.awaiting_trigger  # "Hello<tool": no match of <to+l> yet
+    m.accept(tid(b">"))
+    assert not m.awaiting_trigger and m.allows(tid(b"abc"))
+
+
+def _python_find(pat: bytes, buf: bytes):
+    """llama.cpp's find with Python's re, '.' and '$' spelled as ECMAScript has them."""
+    import re
+
+    rx = re.compile(pat.replace(b".", b"[^\n\r]").replace(b"$", b"\\Z"))
+    m = rx.fullmatch(buf) if pat[:1] == b"^" and pat[-1:] == b"$" else None
+    if m is None:
+        m = rx.search(buf)
+    if m is None:
+        return None
+    for i in range(1, rx.groups + 1):
+        s, e = m.span(i)
+        if s >= 0 and e > s:
+            return s
+    return m.start()
+
+
+_ATOMS = ["a", "b", "c", "[ab]", "[^a]", "\\w", "\\s", " ", "x", "."]
+
+
+def _solid(r, d):  # a pattern that never matches the empty string
+    k = r.random()
+    if d > 2 or k < 0.5:
+        return r.choice(_ATOMS)
+    if k < 0.7:
+        return _solid(r, d + 1) + _rpat(r, d + 1)
+    if k < 0.85:
+        return "(" + _solid(r, d + 1) + "|" + _solid(r, d + 1) + ")"
+    return "(?:" + _solid(r, d + 1) + ")" + r.choice(["+", "{1,2}", "{2}", "+?"])
+
+
+def _rpat(r, d=0):
+    # repeated groups have bodies that cannot match empty: there Python's re, ECMAScript and
+    # libstdc++ each treat empty iterations differently (see lmtail.grammar.regex)
+    k = r.random()
+    if d > 2 or k < 0.3:
+        return r.choice(_ATOMS)
+    if k < 0.45:
+        return _rpat(r, d + 1) + _rpat(r, d + 1)
+    if k < 0.55:
+        return "(" + _rpat(r, d + 1) + "|" + _rpat(r, d + 1) + ")"
+    if k < 0.65:
+        return "(?:" + _solid(r, d + 1) + ")" + r.choice(["*", "+", "?", "*?", "+?", "{1,2}", "{2}", "??"])
+    if k < 0.8:
+        return "(" + _solid(r, d + 1) + ")" + r.choice(["*", "+", "?", "*?", "{0,2}"])
+    if k < 0.85:
+        return r.choice(["^", "$", "\\b", "\\B"]) + _rpat(r, d + 1)
+    return r.choice(_ATOMS) + r.choice(["*", "+", "?", "+?"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_automaton_agrees_with_backtracking(seed):
+    # fed chunk by chunk as tokens arrive: the trigger fires at the same chunk, at the same start,
+    # as a backtracking search over the whole buffer (Python's re, ECMAScript's '.' and '$')
+    import random
+
+    r = random.Random(seed)
+    n_fired = 0
+    for _ in range(400):
+        pat = _rpat(r)
+        if r.random() < 0.15:
+            pat = "^" + pat + "$"
+        rx = TriggerRegex(pat.encode())
+        text = "".join(r.choice("abcx \n\r") for _ in range(r.randint(0, 12))).encode()
+        st, buf, i = rx.initial, b"", 0
+        while True:
+            n = r.randint(0, 3)
+            chunk = text[i : i + n]
+            i += n
+            buf += chunk
+            st, seen = rx.feed(st, chunk)
+            found = seen or rx.at_end(st)
+            if not buf and "\\B" in pat:
+                break  # Python's \B never matches an empty string; ECMAScript's does
+            want = _python_find(pat.encode(), buf)
+            assert found == (want is not None), (pat, buf)
+            if found:
+                assert rx.trigger_start(buf) == want, (pat, buf)
+                n_fired += 1
+            if found or i >= len(text):
+                break
+    assert n_fired > 100
+
+
+def test_trigger_start_semantics():
+    # the first non-empty capture group, else the match start; ^...$ tries the full match first
+    cases = [
+        (b"<tool>", b"xx<tool>y", 2),
+        (b"[\\s\\S]*?(<tool>)[\\s\\S]*", b"ab <tool> c", 3),
+        (b"^[\\s\\S]*?(<tool>)[\\s\\S]*$", b"ab <tool> c", 3),
+        (b"^\\s*(<tool>)$", b"  <tool>", 2),
+        (b"(x?)(<t)", b"a<t", 1),  # group 1 empty: group 2
+        (b"(x?)<t", b"a<t", 1),  # every group empty: the match start
+        (b"ab|b", b"xab", 1),
+        (b"a\\b", b"bab a", 4),
+        (b"\\bcall", b"xcall call", 6),
+        (b"", b"abc", 0),
+        (b"\\x3c\\u0074", b"a<t", 1),
+        (b"[^\\n]+?\\n", b"ab\n", 0),
+    ]
+    for pat, buf, want in cases:
+        assert TriggerRegex(pat).trigger_start(buf) == want, pat
+
+
+def test_word_triggers_with_an_empty_word_fire_at_once():
+    # words_pattern(["", "x"]) matches the empty string at 0 (as std::regex does)
+    g = Grammar.parse('root ::= [a-z]+')
+    m = LazyGrammarMatcher(g, VOCAB, trigger_words=["", "x"])
+    m.accept(tid(b"abc"))
+    assert not m.awaiting_trigger and m.is_complete()

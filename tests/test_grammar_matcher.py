@@ -323,3 +323,123 @@ def test_accept_unchecked_invalid_piece_is_a_noop():
     want = np.array([ref.allowed(t, VOCAB.pieces[t], bool(VOCAB.is_eog[t])) for t in range(VOCAB.n_vocab)])
     assert np.array_equal(m.mask(), want)
     assert m.allows(tid("é".encode())) and m.allows(tid(b"ab"))
+
+
+# ---- strict arguments, validated restore, all-or-nothing (issue 18 items 4 and 7) ---------------
+
+BAD_IDS = ["0", 0.5, 1.0, True, False, np.bool_(True), None, b"\x00", np.float32(1), [0]]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=[repr(b) for b in BAD_IDS])
+def test_token_ids_are_not_converted(bad):
+    # "0", 0.5 and True used to become tokens 0, 0 and 1
+    g = Grammar.parse('root ::= [a-z]+')
+    m = GrammarMatcher(g, VOCAB)
+    snap = m.snapshot()
+    for call in (m.allows, m.accept, m.explain, lambda t: m.accept_many([tid(b"a"), t])):
+        with pytest.raises(ParameterError):
+            call(bad)
+        assert m.snapshot() == snap
+    with pytest.raises(ParameterError):
+        m.accept_bytes(b"a", bad)
+    assert m.snapshot() == snap
+
+
+def test_numpy_integer_ids_are_accepted():
+    g = Grammar.parse('root ::= [a-z]+')
+    m = GrammarMatcher(g, VOCAB)
+    a = tid(b"a")
+    for t in (np.int64(a), np.int32(a), np.uint16(a), np.intp(a)):
+        assert m.allows(t)
+    m.accept(np.int32(a))
+    m.accept_many(np.array([a, a], dtype=np.int64))
+    m.accept_bytes(b"b", np.int64(a))
+    for bad in (-1, VOCAB.n_vocab, np.int64(-2), 2**40):
+        with pytest.raises(ParameterError):
+            m.allows(bad)
+
+
+@pytest.mark.parametrize("bad", ["a", 97, [97], None, (97,), np.array([97], np.uint8)], ids=repr)
+def test_accept_bytes_takes_only_bytes(bad):
+    m = GrammarMatcher(Grammar.parse('root ::= [a-z]+'), None)
+    with pytest.raises(ParameterError):
+        m.accept_bytes(bad)
+    assert m.snapshot() == GrammarMatcher(m.grammar, None).snapshot()
+    m.accept_bytes(bytearray(b"a"))
+    m.accept_bytes(memoryview(b"bc"))
+    assert m.is_complete()
+
+
+def test_mask_out_must_be_an_array():
+    m = GrammarMatcher(Grammar.parse('root ::= "a"'), VOCAB)
+    for bad in ([False] * VOCAB.n_vocab, np.zeros(VOCAB.n_vocab, np.uint8)):
+        with pytest.raises(ParameterError):
+            m.mask(bad)
+    ro = np.zeros(VOCAB.n_vocab, bool)
+    ro.flags.writeable = False
+    with pytest.raises(ParameterError):
+        m.mask(ro)
+
+
+def _corrupt_snapshots(m, other):
+    from lmtail.grammar.matcher import GrammarSnapshot
+
+    st, pend, ver = m.snapshot()
+    return {
+        "plain tuple": (st, pend),
+        "not a snapshot": "garbage",
+        "None": None,
+        "version": GrammarSnapshot(st, pend, 2),
+        "bool version": GrammarSnapshot(st, pend, True),
+        "pending too long": GrammarSnapshot(st, (0, 5)),
+        "pending negative": GrammarSnapshot(st, (-1, 1)),
+        "pending value": GrammarSnapshot(st, (1 << 20, 1)),
+        "pending invalid value": GrammarSnapshot(st, (7, -1)),
+        "pending bool": GrammarSnapshot(st, (True, 1)),
+        "pending shape": GrammarSnapshot(st, (0, 0, 0)),
+        "pending float": GrammarSnapshot(st, (0.0, 0)),
+        "state of another grammar": GrammarSnapshot(other.snapshot().state, pend),
+        "state not a state": GrammarSnapshot("state", pend),
+    }
+
+
+def test_restore_validates_everything_first():
+    g = Grammar.parse('root ::= "é" [a-z]* "x"')
+    m = GrammarMatcher(g, VOCAB)
+    other = GrammarMatcher(Grammar.parse('root ::= "é" [a-z]* "x"'), VOCAB)  # equal text, other object
+    m.accept(tid(b"\xc3"))  # a pending partial code point
+    before, mask = m.snapshot(), m.mask().copy()
+    for name, snap in _corrupt_snapshots(m, other).items():
+        with pytest.raises(ParameterError):
+            m.restore(snap)
+        assert m.snapshot() == before, name
+        assert np.array_equal(m.mask(), mask), name
+    # a good snapshot from another matcher of the same Grammar object (any vocabulary) restores
+    m2 = GrammarMatcher(g, None)
+    m2.accept_bytes("éab".encode())
+    m.restore(m2.snapshot())
+    assert m.allows(tid(b"x")) and m.pending == (ord("b"), 0)
+
+
+def test_accept_many_is_all_or_nothing():
+    g = Grammar.parse('root ::= "ab" "c"')
+    m = GrammarMatcher(g, VOCAB)
+    snap = m.snapshot()
+    with pytest.raises(GrammarError):
+        m.accept_many([tid(b"a"), tid(b"b"), tid(b"x")])
+    assert m.snapshot() == snap
+    m.accept_many([tid(b"a"), tid(b"b")])
+    assert m.allows(tid(b"c"))
+
+
+def test_failed_multibyte_accept_changes_nothing():
+    # a token whose first code points match and whose last does not: nothing is applied
+    g = Grammar.parse('root ::= "日本" "x"')
+    m = GrammarMatcher(g, None)
+    m.accept_bytes("日".encode()[:2])
+    snap = m.snapshot()
+    with pytest.raises(GrammarError):
+        m.accept_bytes("日本y".encode()[2:])
+    assert m.snapshot() == snap
+    m.accept_bytes("日本x".encode()[2:])
+    assert m.is_complete()

@@ -230,5 +230,72 @@ def test_deep_nesting_is_an_error_not_a_crash():
         pass
 
 
+def test_huge_repetition_refused_before_allocating():
+    # llama.cpp expands this 5 KB grammar into 10 million elements (1.5 GB, ~7 s); lmtail refuses
+    # it at the repetition, before building anything (issue 18 item 5)
+    import tracemalloc
+
+    g = 'root ::= "' + "a" * 5000 + '"{2000}'
+    tracemalloc.start()
+    try:
+        with pytest.raises(GrammarError, match="10000000 elements, over the limit of 1000000") as ei:
+            Grammar.parse(g)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (ei.value.line, ei.value.column) == (1, g.index("{") + 1)
+    assert peak < 20 << 20
+    # the same repetition nested in a later rule is located there
+    g2 = 'root ::= x\nx ::= ( "c"? "' + "b" * 3000 + '"{1000,2000} )'
+    with pytest.raises(GrammarError, match="over the limit") as ei:
+        Grammar.parse(g2)
+    assert (ei.value.line, ei.value.column) == (2, g2.split("\n")[1].index("{") + 1)
+
+
+def _n_elements(text: str) -> int:
+    return sum(len(r) for r in parse_gbnf(text, check_root=False).rules)
+
+
+def _boundary_grammars():
+    out = [c["grammar"] for c in _PARSER_CASES if c["kind"] != "failure"]
+    out += ['root ::= "ab"{3,7} ("x" | y+)* [a-z]?\ny ::= "q"{2,}', 'root ::= ("a" ("b"{0,5})){1,9} "c"*',
+            'root ::= "x"{2000}', 'root ::= ("ab" | "c"){0,1000} "d"{3,}']
+    gdir = SDIST / "grammars"
+    if gdir.exists():
+        out += [p.read_text(encoding="utf-8") for p in sorted(gdir.glob("*.gbnf"))]
+    return out
+
+
+def test_max_elements_boundary_is_exact():
+    # the limit counts exactly the elements llama.cpp builds: a grammar of N elements parses with
+    # max_elements=N (identically to the default) and is refused with N - 1
+    for g in _boundary_grammars():
+        n = _n_elements(g)
+        assert parse_gbnf(g, check_root=False, max_elements=n) == parse_gbnf(g, check_root=False)
+        with pytest.raises(GrammarError, match="over the limit"):
+            parse_gbnf(g, check_root=False, max_elements=n - 1)
+
+
+def test_max_elements_can_be_raised():
+    g = 'root ::= "' + "a" * 600 + '"{2000}'
+    with pytest.raises(GrammarError, match="over the limit"):
+        Grammar.parse(g)
+    gr = Grammar.parse(g, max_elements=1_300_000)
+    assert sum(len(r) for r in gr.rules) == 2000 * 600 + 1  # the 2000 copies and END
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "10", True, None])
+def test_max_elements_and_text_types(bad):
+    from lmtail.errors import ParameterError
+
+    with pytest.raises(ParameterError):
+        Grammar.parse('root ::= "a"', max_elements=bad)
+    if not isinstance(bad, str):
+        with pytest.raises(ParameterError):
+            Grammar.parse(bad if bad is not None else 12)
+    with pytest.raises(ParameterError):
+        Grammar.parse('root ::= "a"', root=5)
+
+
 if os.environ.get("LMTAIL_GRAMMAR_PRINT"):  # pragma: no cover - debugging aid
     print(len(QUIRKS))

@@ -8,7 +8,10 @@
   ``restore``/``explain`` on an Earley recognizer over code points (:mod:`.earley`,
   :mod:`.matcher`, :mod:`.mask`), with llama.cpp's lenient UTF-8 and partial-code-point rules
   (:mod:`.utf8`);
-* :class:`LazyGrammarMatcher` -- trigger tokens / words / patterns (:mod:`.lazy`);
+* :class:`LazyGrammarMatcher` -- trigger tokens / words / patterns (:mod:`.lazy`), matched in
+  linear time by :mod:`.regex`'s automaton;
+* :class:`GrammarSnapshot` / :class:`LazySnapshot` -- what ``snapshot()`` returns and
+  ``restore()`` validates;
 * :func:`common_sample` -- llama-server's sample-check-resample discipline (:mod:`.sampling`);
 * :func:`json_schema_to_gbnf` -- llama.cpp's JSON schema -> GBNF text, byte for byte
   (:mod:`.json_schema`; :class:`GBNFBuilder` for several schemas in one grammar).
@@ -18,8 +21,8 @@ lmtail never calls llama.cpp; llama.cpp is only the tests' oracle.
 
 from ..errors import GrammarError, JSONSchemaError
 from .json_schema import GBNFBuilder, JSONSchemaWarning, json_schema_to_gbnf
-from .lazy import LazyGrammarMatcher
-from .matcher import Grammar, GrammarMatcher
+from .lazy import LazyGrammarMatcher, LazySnapshot
+from .matcher import Grammar, GrammarMatcher, GrammarSnapshot
 from .parser import parse_gbnf
 from .sampling import common_sample
 from .vocab import Vocab
@@ -28,10 +31,12 @@ __all__ = [
     "GBNFBuilder",
     "Grammar",
     "GrammarMatcher",
+    "GrammarSnapshot",
     "GrammarError",
     "JSONSchemaError",
     "JSONSchemaWarning",
     "LazyGrammarMatcher",
+    "LazySnapshot",
     "Vocab",
     "common_sample",
     "json_schema_to_gbnf",

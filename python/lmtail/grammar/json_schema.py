@@ -1204,9 +1204,13 @@ class GBNFBuilder:
         self._conv = _Converter(dotall)
 
     def add_rule(self, name: str, body: str) -> str:
+        """Add the raw GBNF rule ``name ::= body``; returns the name it got (a taken name with
+        another body gets the first free numeric suffix, as llama.cpp's ``_add_rule``)."""
         return self._conv.add_rule(name, body)
 
     def add_schema(self, name: str, schema: JSONSchema, *, document: JSONSchema | None = None) -> str:
+        """Convert ``schema`` under the rule ``name`` (``"root"`` for the start rule), resolving
+        its ``$ref``\\ s against ``document`` (default: the schema itself); returns the rule name."""
         try:
             node_json = _document(schema)
             builder = _Builder(node_json if document is None else _document(document))
@@ -1219,6 +1223,8 @@ class GBNFBuilder:
             raise _refusal(_Refused("schema nested too deeply")) from None
 
     def grammar(self) -> str:
+        """The GBNF text of everything added, llama.cpp's bytes; raises
+        :class:`~lmtail.errors.JSONSchemaError` if a schema was refused."""
         try:
             return self._conv.grammar()
         except _Refused as e:

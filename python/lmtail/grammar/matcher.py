@@ -22,20 +22,69 @@ matcher unchanged.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import GrammarError, ParameterError
 from .earley import Program, State
-from .parser import ParsedGrammar, parse_gbnf
+from .parser import DEFAULT_MAX_ELEMENTS, ParsedGrammar, parse_gbnf
 from .mask import TokenTable, compute_mask, end_ok, scalar_walk
 from .utf8 import NO_PARTIAL, decode_piece
 from .vocab import Vocab
 
-__all__ = ["Grammar", "GrammarMatcher"]
+__all__ = ["Grammar", "GrammarMatcher", "GrammarSnapshot", "token_id", "bytes_arg"]
 
 MASK_CACHE = 1024  # packed masks kept per (grammar, vocabulary), least recently used dropped
+SNAPSHOT_VERSION = 1
+_INT32_MAX = (1 << 31) - 1
+
+
+def token_id(token, n_vocab: int | None, what: str = "token") -> int:
+    """``token`` as an int in ``[0, n_vocab)``: a Python or numpy integer, never a bool, float or
+    string (those are :class:`~lmtail.errors.ParameterError`, not silently converted)."""
+    if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+        raise ParameterError(f"{what} must be an integer token id, got {type(token).__name__} {token!r}")
+    t = int(token)
+    hi = n_vocab if n_vocab is not None else _INT32_MAX + 1
+    if not 0 <= t < hi:
+        where = f"the vocabulary [0, {n_vocab})" if n_vocab is not None else f"[0, {hi})"
+        raise ParameterError(f"{what} {t} is outside {where}")
+    return t
+
+
+def bytes_arg(data, what: str = "piece") -> bytes:
+    """A bytes-like argument (bytes, bytearray, memoryview) as bytes; anything else -- str, int,
+    a list of ints -- is a :class:`~lmtail.errors.ParameterError`."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise ParameterError(f"{what} must be bytes-like (bytes, bytearray, memoryview), got {type(data).__name__}")
+
+
+def _pending_ok(p) -> bool:
+    """Is ``p`` a pending state :func:`~lmtail.grammar.utf8.decode_piece` can produce?"""
+    if type(p) is not tuple or len(p) != 2 or any(type(x) is not int for x in p):
+        return False
+    value, n = p
+    if n == -1:
+        return value == 0
+    if n == 0:  # the last decoded code point (lead nibble F gives at most 22 bits)
+        return 0 <= value < 1 << 22
+    if 1 <= n <= 3:  # lead bits (<= 4) plus 6 per continuation byte seen so far
+        return 0 <= value < 1 << (4 + 6 * (3 - n))
+    return False
+
+
+class GrammarSnapshot(NamedTuple):
+    """A :class:`GrammarMatcher`'s whole state: the interned Earley ``state`` and the ``pending``
+    partial code point.  Immutable, O(1) to take; valid for any matcher of the same
+    :class:`Grammar` object (it does not depend on the vocabulary)."""
+
+    state: State
+    pending: tuple[int, int]
+    version: int = SNAPSHOT_VERSION
 
 
 class Grammar:
@@ -48,20 +97,30 @@ class Grammar:
         self.program = Program(parsed, root)
 
     @classmethod
-    def parse(cls, text: str | bytes, root: str = "root") -> "Grammar":
+    def parse(cls, text: str | bytes, root: str = "root", *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> "Grammar":
         """Parse GBNF; raises :class:`~lmtail.errors.GrammarError` (with line and column) wherever
         ``llama_sampler_init_grammar`` returns NULL.  An empty text is an error here (llama.cpp
-        reads an empty grammar string as "no grammar")."""
-        if (text == "" or text == b""):
+        reads an empty grammar string as "no grammar").
+
+        ``max_elements`` bounds the expanded grammar (default 1,000,000 elements): a repetition
+        that would expand past it is a GrammarError at the repetition, raised before allocating
+        -- a deliberate deviation, llama.cpp expands such grammars in full (see
+        :func:`~lmtail.grammar.parser.parse_gbnf`).  A text that is not str/bytes, or a bad
+        ``root``/``max_elements``, is a :class:`~lmtail.errors.ParameterError`.
+        """
+        if isinstance(text, (str, bytes)) and len(text) == 0:
             raise GrammarError("empty grammar (llama.cpp treats an empty grammar string as no grammar at all)", 1, 1)
-        return cls(parse_gbnf(text, root), root, text)
+        parsed = parse_gbnf(text, root, max_elements=max_elements)
+        return cls(parsed, root, text)
 
     @property
     def rules(self) -> list[list[tuple[int, int]]]:
+        """llama.cpp's element lists, one per rule id (see :mod:`.parser`)."""
         return self.parsed.rules
 
     @property
     def symbol_ids(self) -> dict[str, int]:
+        """Rule name -> rule id, generated ``<rule>_<n>`` names included."""
         return self.parsed.symbol_ids
 
     def __repr__(self) -> str:
@@ -73,6 +132,12 @@ class GrammarMatcher:
 
     ``allows(t)`` / ``mask()`` reproduce llama.cpp's grammar sampler bit for bit; ``accept(t)``
     advances; ``snapshot()`` / ``restore()`` are O(1) (states are immutable and interned).
+
+    Arguments are strict: a token id is a Python or numpy integer in ``[0, n_vocab)`` (a bool,
+    float or string is refused, not converted) and raw text is bytes-like; anything else is a
+    :class:`~lmtail.errors.ParameterError`.  A token the grammar rejects is a
+    :class:`~lmtail.errors.GrammarError`.  Every state change is all or nothing: a call that
+    raises leaves the matcher exactly as it was.
     """
 
     def __init__(self, grammar: Grammar, vocab: Vocab | None):
@@ -104,16 +169,36 @@ class GrammarMatcher:
         """True when some parse has completed the root rule (an EOG token is allowed now)."""
         return self._state.complete
 
-    def snapshot(self) -> tuple[Any, ...]:
-        return (self._state, self._partial)
+    def snapshot(self) -> GrammarSnapshot:
+        """The matcher's state, for :meth:`restore` (O(1): states are immutable and interned)."""
+        return GrammarSnapshot(self._state, self._partial)
 
-    def restore(self, snap: tuple[Any, ...]) -> None:
-        st, partial = snap
-        if not isinstance(st, State) or st.prog is not self.grammar.program:
-            raise ParameterError("snapshot does not belong to this matcher's grammar")
-        self._state, self._partial = st, partial
+    def check_snapshot(self, snap) -> None:
+        """Raise :class:`~lmtail.errors.ParameterError` unless ``snap`` is a
+        :class:`GrammarSnapshot` of this version whose state belongs to this matcher's grammar
+        (interned by its program) and whose pending bytes are a state UTF-8 decoding can reach."""
+        if not isinstance(snap, GrammarSnapshot) or len(snap) != 3:
+            raise ParameterError(f"restore: expected a GrammarSnapshot from snapshot(), got {type(snap).__name__}")
+        if type(snap.version) is not int or snap.version != SNAPSHOT_VERSION:
+            raise ParameterError(f"restore: snapshot version {snap.version!r}, this lmtail reads {SNAPSHOT_VERSION}")
+        st = snap.state
+        prog = self.grammar.program
+        if not isinstance(st, State) or st.prog is not prog or prog._states.get(st.kernel) is not st:
+            raise ParameterError("restore: the snapshot's state does not belong to this matcher's grammar")
+        if not st.alive:
+            raise ParameterError("restore: the snapshot's state has no live parse")
+        if not _pending_ok(snap.pending):
+            raise ParameterError(f"restore: the snapshot's pending UTF-8 state {snap.pending!r} is not a reachable one")
+
+    def restore(self, snap: GrammarSnapshot) -> None:
+        """Return to a :meth:`snapshot`.  The snapshot is checked in full first
+        (:meth:`check_snapshot`); a bad one raises :class:`~lmtail.errors.ParameterError` and
+        leaves the matcher exactly as it was."""
+        self.check_snapshot(snap)
+        self._state, self._partial = snap.state, snap.pending
 
     def reset(self) -> None:
+        """Back to the start of the grammar (nothing accepted, nothing pending)."""
         self._state, self._partial = self.grammar.program.initial, NO_PARTIAL
 
     @property
@@ -126,10 +211,7 @@ class GrammarMatcher:
     def _check_token(self, token: int) -> int:
         if self.vocab is None:
             raise ParameterError("this matcher has no vocabulary (GrammarMatcher(grammar, None)); use accept_bytes")
-        t = int(token)
-        if not 0 <= t < self.vocab.n_vocab:
-            raise ParameterError(f"token {token} is outside the vocabulary [0, {self.vocab.n_vocab})")
-        return t
+        return token_id(token, self.vocab.n_vocab)
 
     def _decode(self, token: int) -> tuple[tuple[int, ...], tuple[int, int]]:
         if self._partial[1] <= 0:
@@ -162,8 +244,9 @@ class GrammarMatcher:
         n = self.vocab.n_vocab
         if out is None:
             out = np.empty(n, dtype=bool)
-        elif out.dtype != np.bool_ or out.shape != (n,):
-            raise ParameterError(f"out must be a bool array of shape ({n},), got {out.dtype} {out.shape}")
+        elif not isinstance(out, np.ndarray) or out.dtype != np.bool_ or out.shape != (n,) or not out.flags.writeable:
+            got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+            raise ParameterError(f"out must be a writeable bool array of shape ({n},), got {got}")
         key = (self._state, self._partial if self._partial[1] > 0 else NO_PARTIAL)
         cache = self._masks
         packed = cache.get(key)
@@ -216,10 +299,15 @@ class GrammarMatcher:
         ``token`` is the id that ``<[id]>`` / ``!<[id]>`` elements see (-1: none).  No mask check,
         no EOG handling; raises :class:`~lmtail.errors.GrammarError` (matcher unchanged) when no
         parse survives.  Useful for prefilling text that was not produced by this vocabulary.
+        ``piece`` must be bytes-like and ``token`` an integer (-1, or an id in the vocabulary when
+        the matcher has one): anything else is a :class:`~lmtail.errors.ParameterError`.
         """
+        piece = bytes_arg(piece)
+        if not (type(token) is int and token == -1):
+            token = token_id(token, self.vocab.n_vocab if self.vocab is not None else None)
         t = int(token)
         st = self._state
-        cps, fin = decode_piece(bytes(piece), self._partial)
+        cps, fin = decode_piece(piece, self._partial)
         k_tok = st.token_step(t) if st.toks else frozenset()
         if cps:
             s: State | None = st
@@ -243,8 +331,15 @@ class GrammarMatcher:
         self._partial = fin
 
     def accept_many(self, tokens) -> None:
-        for t in tokens:
-            self.accept(t)
+        """:meth:`accept` each token in turn, all or nothing: if one is rejected (or is not a
+        valid id), the matcher is back where it was before the first and the error is raised."""
+        before = (self._state, self._partial)
+        try:
+            for t in tokens:
+                self.accept(t)
+        except BaseException:
+            self._state, self._partial = before
+            raise
 
     # -- diagnostics -------------------------------------------------------------------------
 

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import GrammarError
+from ..errors import GrammarError, ParameterError
 
 __all__ = [
     "END", "ALT", "RULE_REF", "CHAR", "CHAR_NOT", "CHAR_RNG_UPPER", "CHAR_ALT", "CHAR_ANY",
-    "TOKEN", "TOKEN_NOT", "TYPE_NAMES", "MAX_REPETITION_THRESHOLD", "ParsedGrammar", "parse_gbnf",
+    "TOKEN", "TOKEN_NOT", "TYPE_NAMES", "MAX_REPETITION_THRESHOLD", "DEFAULT_MAX_ELEMENTS", "ParsedGrammar", "parse_gbnf",
 ]  # fmt: skip
 
 END, ALT, RULE_REF, CHAR, CHAR_NOT, CHAR_RNG_UPPER, CHAR_ALT, CHAR_ANY, TOKEN, TOKEN_NOT = range(10)
@@ -46,6 +46,7 @@ TYPE_NAMES = (
     "END", "ALT", "RULE_REF", "CHAR", "CHAR_NOT", "CHAR_RNG_UPPER", "CHAR_ALT", "CHAR_ANY", "TOKEN", "TOKEN_NOT",
 )  # fmt: skip
 MAX_REPETITION_THRESHOLD = 2000
+DEFAULT_MAX_ELEMENTS = 1_000_000  # lmtail's bound on the expanded grammar (see parse_gbnf)
 _UINT64_MAX = (1 << 64) - 1
 _UINT32_MAX = (1 << 32) - 1
 
@@ -54,6 +55,12 @@ _WORD = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234567
 _DIGIT = frozenset(b"0123456789")
 _HEX = {c: int(chr(c), 16) for c in b"0123456789abcdefABCDEF"}
 _SIMPLE_ESC = {ord("t"): 9, ord("r"): 13, ord("n"): 10, ord("\\"): 92, ord('"'): 34, ord("["): 91, ord("]"): 93, ord("-"): 45}
+
+
+def _np_integer():
+    import numpy as np
+
+    return np.integer
 
 
 class _Fail(Exception):
@@ -70,7 +77,7 @@ class ParsedGrammar:
 
 
 class _Parser:
-    def __init__(self, src: bytes):
+    def __init__(self, src: bytes, max_elements: int = 1_000_000):
         nul = src.find(b"\0")
         if nul >= 0:
             src = src[:nul]
@@ -79,6 +86,12 @@ class _Parser:
         self.symbol_ids: dict[str, int] = {}
         self.rules: list[list[tuple[int, int]] | None] = []
         self.first_ref: dict[int, int] = {}
+        # Element accounting for the max_elements guard: elements in finished rules plus the
+        # rule lists still being built (one per open group), so the size a repetition would
+        # reach is known before it allocates anything.
+        self.max_elements = max_elements
+        self.n_done = 0
+        self.open: list[list[tuple[int, int]]] = []
 
     # -- lexical helpers ---------------------------------------------------------------------
 
@@ -189,18 +202,25 @@ class _Parser:
     def add_rule(self, rid: int, rule: list[tuple[int, int]]) -> None:
         if len(self.rules) <= rid:
             self.rules.extend([None] * (rid + 1 - len(self.rules)))
+        old = self.rules[rid]
+        self.n_done += len(rule) - (len(old) if old is not None else 0)
         self.rules[rid] = rule
+
+    def n_elements(self) -> int:
+        return self.n_done + sum(len(r) for r in self.open)
 
     # -- grammar -----------------------------------------------------------------------------
 
     def alternates(self, pos: int, rule_name: str, rule_id: int, nested: bool) -> int:
         rule: list[tuple[int, int]] = []
+        self.open.append(rule)
         pos = self.sequence(pos, rule_name, rule, nested)
         while self.s[pos] == 124:  # '|'
             rule.append((ALT, 0))
             pos = self.space(pos + 1, True)
             pos = self.sequence(pos, rule_name, rule, nested)
         rule.append((END, 0))
+        self.open.pop()
         self.add_rule(rule_id, rule)
         return pos
 
@@ -226,13 +246,27 @@ class _Parser:
                     "sane defaults, please reduce the number of repetitions or rule complexity",
                     at,
                 )
+            # lmtail's deviation: refuse, before allocating, an expansion past max_elements
+            # (llama.cpp expands "<5 KB literal>"{2000} into 10 million elements, or runs out of memory)
+            n_prev = len(prev)
+            n_opt = 1 if no_max else max_times - min_times
+            grow = -n_prev if min_times == 0 else (min_times - 1) * n_prev
+            if n_opt > 0:
+                grow += n_opt * (n_prev + 2) + (n_opt if no_max else n_opt - 1) + 1
+            total = self.n_elements() + grow
+            if total > self.max_elements:
+                raise _Fail(
+                    f"this repetition expands the grammar to {total} elements, over the limit of "
+                    f"{self.max_elements} (lmtail refuses what llama.cpp would expand; raise it with "
+                    "Grammar.parse(..., max_elements=N))",
+                    at,
+                )
             if min_times == 0:
                 del rule[last_sym_start:]
             else:
                 for _ in range(1, min_times):
                     rule.extend(prev)
             last_rec = 0
-            n_opt = 1 if no_max else max_times - min_times
             for i in range(n_opt):
                 rec = list(prev)
                 rec_id = self.generate(rule_name)
@@ -389,6 +423,12 @@ class _Parser:
         pos = self.space(0, True)
         while self.s[pos]:
             pos = self.rule(pos)
+            if self.n_done > self.max_elements:  # a huge text with no repetition to blame
+                raise _Fail(
+                    f"the grammar has {self.n_done} elements, over the limit of {self.max_elements} "
+                    "(raise it with Grammar.parse(..., max_elements=N))",
+                    pos,
+                )
         names = {v: k for k, v in self.symbol_ids.items()}
         n = len(self.rules)
         for rule in self.rules:
@@ -461,15 +501,34 @@ def _left_recursive_rule(rules: list[list[tuple[int, int]]]) -> int | None:
     return None
 
 
-def parse_gbnf(text: str | bytes, root: str = "root", *, check_root: bool = True) -> ParsedGrammar:
+def parse_gbnf(
+    text: str | bytes, root: str = "root", *, check_root: bool = True, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> ParsedGrammar:
     """Parse GBNF exactly as llama.cpp does; raise :class:`GrammarError` where llama.cpp fails.
 
     ``check_root=False`` stops after the parser proper (llama.cpp's ``llama_grammar_parser::parse``),
     which is what its parser tests exercise; the default also applies the checks of
     ``llama_grammar_init_impl`` (start symbol present, no syntactic left recursion).
+
+    ``max_elements`` (default 1,000,000) bounds the expanded grammar: a repetition that would
+    grow the element arrays past it is a :class:`GrammarError` at the repetition's line and
+    column, raised before anything is allocated.  This is lmtail's one deviation from llama.cpp,
+    which expands such grammars in full (``"<5 KB literal>"{2000}`` is 10 million elements,
+    1.5 GB here) or runs out of memory; below the limit the result is llama.cpp's exactly.
     """
-    src = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else bytes(text)
-    p = _Parser(src)
+    if isinstance(text, str):
+        src = text.encode("utf-8", "surrogateescape")
+    elif isinstance(text, (bytes, bytearray, memoryview)):
+        src = bytes(text)
+    else:
+        raise ParameterError(f"grammar text must be str or bytes, got {type(text).__name__}")
+    if not isinstance(root, str):
+        raise ParameterError(f"root must be a str, got {type(root).__name__}")
+    if type(max_elements) is not int and not isinstance(max_elements, _np_integer()):
+        raise ParameterError(f"max_elements must be an integer, got {type(max_elements).__name__}")
+    if max_elements < 1:
+        raise ParameterError(f"max_elements must be at least 1, got {max_elements}")
+    p = _Parser(src, int(max_elements))
     try:
         p.parse()
     except _Fail as e:

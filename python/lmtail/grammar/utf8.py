@@ -27,6 +27,7 @@ _LOOKUP = (1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4)
 
 
 def lead_length(b: int) -> int:
+    """Sequence length llama.cpp reads from a lead byte's high nibble (0: not a lead byte)."""
     return _LOOKUP[b >> 4]
 
 
