@@ -265,6 +265,7 @@ class Empty(_Stateless):
         self.name = name
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         pass
 
 
@@ -275,6 +276,7 @@ class Greedy(_Stateless):
     name = "greedy"
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         c.selected = int(_core.sampling_greedy(c.buf, c.offset, c.size)) if c.size else 0
 
 
@@ -290,6 +292,7 @@ class Dist(_Seeded):
     name = "dist"
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if c.size == 0:
             c.selected = -1
             return
@@ -313,6 +316,7 @@ class TopK(_Stateless):
         self.k = _int(k, "top_k.k")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         top_k_impl(c, self.k)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
@@ -337,6 +341,7 @@ class TopP(_Stateless):
         self.min_keep = _size(min_keep, "top_p.min_keep")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.p >= 1.0:
             return
         softmax(c, False)
@@ -356,12 +361,15 @@ class MinP(_Stateless):
         self.min_keep = _size(min_keep, "min_p.min_keep")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.p <= 0.0 or c.size == 0:
             return
         k, srt = _core.sampling_min_p(c.buf, c.offset, c.size, c.sorted, self.p, self.min_keep)
         c.size, c.sorted = int(k), bool(srt)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         if self.p <= 0.0:
             return False
         k, srt = _core.sampling_fill_min_p(c.buf, logits, self.p, self.min_keep)
@@ -381,6 +389,7 @@ class Typical(_Stateless):
         self.min_keep = _size(min_keep, "typical.min_keep")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.p >= 1.0:
             return
         softmax(c, True)
@@ -398,9 +407,12 @@ class Temp(_Stateless):
         self.t = _real(t, "temp.t")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         _core.sampling_temperature(c.buf, c.offset, c.size, self.t)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         _core.sampling_fill_temperature(c.buf, logits, self.t)
         return True
 
@@ -418,6 +430,7 @@ class TempExt(_Stateless):
         self.exponent = _real(exponent, "temp_ext.exponent")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.delta > 0:
             if c.size <= 1:
                 return
@@ -427,6 +440,8 @@ class TempExt(_Stateless):
             _core.sampling_temperature(c.buf, c.offset, c.size, self.t)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         if self.delta > 0:
             return False
         _core.sampling_fill_temperature(c.buf, logits, self.t)
@@ -449,6 +464,7 @@ class XTC(_Seeded):
         super().__init__(seed, stdlib)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.probability <= 0.0 or self.threshold > 0.5 or c.size < 2:
             return
         chance = self.rng.uniform_float(self.stdlib)
@@ -470,6 +486,7 @@ class TopNSigma(_Stateless):
         self.n = _real(n, "top_n_sigma.n")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.n <= 0.0 or c.size <= 1:
             return
         _core.sampling_top_n_sigma(c.buf, c.offset, c.size, self.n)
@@ -519,6 +536,7 @@ class Mirostat(_MuSeeded):
         super().__init__(seed, stdlib)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, True)
         k = int(_core.sampling_mirostat_k(c.buf, c.offset, c.size, self.m, self.n_vocab, self.mu))
         top_k_impl(c, k)
@@ -543,6 +561,7 @@ class MirostatV2(_MuSeeded):
         super().__init__(seed, stdlib)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, True)
         c.size = max(int(_core.sampling_mirostat_v2_cut(c.buf, c.offset, c.size, self.mu)), 1)
         softmax(c, True)
@@ -590,12 +609,15 @@ class Penalties(Sampler):
         self.prev.append(token)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.disabled(self.last_n, self.repeat, self.freq, self.present):
             return
         _core.sampling_penalties(c.buf, c.offset, c.size, self.counts, self.repeat, self.freq, self.present)
         c.sorted = False
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         if self.disabled(self.last_n, self.repeat, self.freq, self.present):
             return False
         _core.sampling_fill_penalties(c.buf, logits, self.counts, self.repeat, self.freq, self.present)
@@ -736,6 +758,7 @@ class DRY(Sampler):
         self.last.extend(last)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if not self.enabled():
             return
         n = min(len(self.last), self.last_n)
@@ -833,6 +856,7 @@ class LogitBias(_Stateless):
             self.biases.append((tok, _real(it[1], f"logit_bias[{tok}]")))
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if not self.biases:
             return
         v = c.view()
@@ -883,6 +907,7 @@ class AdaptiveP(_Seeded):
         self.pending_idx = -1
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, False)
         if self.target < 0.0:
             c.selected = sample_discrete(c, self.rng, self.stdlib)
@@ -980,6 +1005,7 @@ class Infill(_Stateless):
         self.vocab = vocab
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, True)
         v = c.view()
         ids = [int(t) for t in v["id"]]
