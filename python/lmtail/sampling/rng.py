@@ -93,13 +93,16 @@ class Mt19937:
         self.seed = seed
 
     def _twist(self) -> None:
-        mt = self._mt
+        # Copy-on-write: the word list is never changed in place once published, so a saved
+        # state (copy(), a chain's undo record) can share it instead of copying 624 words.
+        mt = self._mt[:]
         for i in range(_N):
             y = (mt[i] & _UPPER) | (mt[(i + 1) % _N] & _LOWER)
             v = mt[(i + _M) % _N] ^ (y >> 1)
             if y & 1:
                 v ^= _MATRIX_A
             mt[i] = v
+        self._mt = mt
         self._idx = 0
 
     def __call__(self) -> int:
@@ -188,7 +191,7 @@ class Mt19937:
         """Make this engine a copy of ``other`` (in place: references to it stay valid)."""
         if not isinstance(other, Mt19937):
             raise ParameterError(f"Mt19937.assign: expected an Mt19937; found {type(other).__name__}")
-        self._mt = list(other._mt)
+        self._mt = other._mt  # shared: never written in place (see _twist)
         self._idx, self.consumed, self.seed = other._idx, other.consumed, other.seed
 
     @staticmethod
@@ -199,7 +202,7 @@ class Mt19937:
     def copy(self) -> "Mt19937":
         """An independent engine in the same state."""
         c = Mt19937.__new__(Mt19937)
-        c._mt = list(self._mt)
+        c._mt = self._mt  # shared: never written in place (see _twist)
         c._idx, c.consumed, c.seed = self._idx, self.consumed, self.seed
         return c
 
