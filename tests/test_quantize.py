@@ -1,9 +1,12 @@
 """Q5_K quantisation / dequantisation: lmtail against llama.cpp's ggml and gguf-py.
 
 * ``lmtail.quantize_q5_k`` must produce ggml's bytes (``ggml_quantize_chunk`` for GGML_TYPE_Q5_K
-  with no importance matrix, i.e. ``quantize_row_q5_K_ref``) for every finite input: ordinary
-  weights, zeros, constants, one-signed sub-blocks, huge (1e30: intermediate sums overflow to
-  inf inside ggml) and tiny (1e-30, subnormal) magnitudes, fp16-overflowing super-block scales.
+  with no importance matrix, i.e. ``quantize_row_q5_K_ref``) for every finite input it accepts:
+  ordinary weights, zeros, constants, one-signed sub-blocks, tiny (1e-30, subnormal) magnitudes,
+  super-block scales at fp16's largest finite value. It refuses (ParameterError) exactly the
+  inputs for which ggml's block has an inf/NaN fp16 d or dmin (the block would decode to
+  inf/NaN): weights below about -4.13e6 or above about 1.28e8, huge values (1e30) included;
+  every parity test checks that rule block by block against ggml's own bytes.
 * ``lmtail.dequantize_q5_k`` must equal gguf-py's ``gguf.quants.dequantize`` and ggml's
   ``dequantize_row_q5_K`` bit for bit.
 * Errors: ShapeError (ndim / cols not a multiple of 256 / row bytes not a multiple of 176),
@@ -71,6 +74,43 @@ def assert_same_f32(got: np.ndarray, want: np.ndarray, what: str) -> None:
         lines = [f"  [{j}] lmtail {got.ravel()[j]!r} ({bits(got).ravel()[j]:#010x}) want "
                  f"{want.ravel()[j]!r} ({bits(want).ravel()[j]:#010x})" for j in i]
         pytest.fail(f"{what}: {bad.size} of {got.size} values differ bitwise, first:\n" + "\n".join(lines))
+
+
+def _nonfinite_scales(q: np.ndarray) -> np.ndarray:
+    """Per block: is the fp16 d or dmin of these Q5_K bytes inf/NaN (exponent all ones)?"""
+    b = np.ascontiguousarray(q).reshape(-1, BLOCK_BYTES)
+    d = b[:, 0].astype(np.uint16) | (b[:, 1].astype(np.uint16) << 8)
+    dmin = b[:, 2].astype(np.uint16) | (b[:, 3].astype(np.uint16) << 8)
+    return ((d & 0x7C00) == 0x7C00) | ((dmin & 0x7C00) == 0x7C00)
+
+
+def assert_parity(Q, x: np.ndarray, what: str) -> None:
+    """lmtail == ggml byte for byte where ggml's blocks decode finite; where one does not,
+    lmtail refuses the whole call and still matches ggml on the other blocks."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    want = Q.quantize_q5_k(x)
+    bad = _nonfinite_scales(want)
+    if not bad.any():
+        assert_same_q(lmtail.quantize_q5_k(x), want, x, what)
+        return
+    with pytest.raises(errors.ParameterError, match="overflows Q5_K's fp16 scales"):
+        lmtail.quantize_q5_k(x)
+    x2 = x.reshape(-1, QK_K).copy()
+    x2[bad] = 0.0
+    x2 = x2.reshape(x.shape)
+    assert_same_q(lmtail.quantize_q5_k(x2), Q.quantize_q5_k(x2), x2, what + " (refused blocks zeroed)")
+
+
+def drop_refused(x: np.ndarray) -> np.ndarray:
+    """x with every super-block lmtail refuses (scale overflow) set to zero (no oracle needed)."""
+    x = np.ascontiguousarray(x, dtype=np.float32).copy()
+    blocks = x.reshape(-1, QK_K)
+    for i in range(blocks.shape[0]):
+        try:
+            lmtail.quantize_q5_k(blocks[i:i + 1])
+        except errors.ParameterError:
+            blocks[i] = 0.0
+    return x
 
 
 def gguf_dequantize(q: np.ndarray) -> np.ndarray:
@@ -169,14 +209,14 @@ def make_matrix(kind: str, rows: int, nblk: int, seed: int, mixed: bool = False)
 @pytest.mark.parametrize("kind", KINDS)
 def test_quantize_matches_ggml(Q, kind):
     x = make_matrix(kind, rows=24, nblk=4, seed=zlib.crc32(kind.encode()))  # 96 blocks per kind
-    assert_same_q(lmtail.quantize_q5_k(x), Q.quantize_q5_k(x), x, f"quantize[{kind}]")
+    assert_parity(Q, x, f"quantize[{kind}]")
 
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("seed", range(4))
 def test_quantize_matches_ggml_mixed(Q, seed):
     x = make_matrix(KINDS[seed], rows=50, nblk=6, seed=1000 + seed, mixed=True)
-    assert_same_q(lmtail.quantize_q5_k(x), Q.quantize_q5_k(x), x, f"quantize[mixed {seed}]")
+    assert_parity(Q, x, f"quantize[mixed {seed}]")
 
 
 @pytest.mark.oracle
@@ -185,7 +225,7 @@ def test_quantize_matches_ggml_gaussian_scales(Q, scale):
     # A realistic LM-head shape slice: many rows, hidden size 6656 = 26 super-blocks.
     rng = np.random.default_rng(int(np.log10(scale) + 40))
     x = _f32(rng.standard_normal((16, 6656)) * scale)
-    assert_same_q(lmtail.quantize_q5_k(x), Q.quantize_q5_k(x), x, f"quantize[gauss*{scale:g}]")
+    assert_parity(Q, x, f"quantize[gauss*{scale:g}]")
 
 
 SPECIAL_ROWS = {
@@ -218,7 +258,7 @@ def test_quantize_matches_ggml_special(Q, name):
     x = _f32(SPECIAL_ROWS[name]).reshape(1, QK_K)
     x = np.concatenate([x, -x, x * np.float32(0.5), x[:, ::-1]], axis=1).reshape(1, -1)  # 4 blocks
     x = np.ascontiguousarray(x, dtype=np.float32)
-    assert_same_q(lmtail.quantize_q5_k(x), Q.quantize_q5_k(x), x, f"quantize[{name}]")
+    assert_parity(Q, x, f"quantize[{name}]")
 
 
 try:
@@ -236,7 +276,7 @@ if given is not None:
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(x=hnp.arrays(np.float32, _shapes, elements=st.floats(width=32, allow_nan=False, allow_infinity=False)))
     def test_quantize_property_any_floats(Q, x):
-        assert_same_q(lmtail.quantize_q5_k(x), Q.quantize_q5_k(x), x, "quantize[hypothesis]")
+        assert_parity(Q, x, "quantize[hypothesis]")
 
     @pytest.mark.oracle
     @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -247,7 +287,7 @@ if given is not None:
     def test_quantize_property_grid(Q, q, e):
         # Integer grids times a power of two: ties in every rounding step.
         x = (q.astype(np.float32) * np.float32(2.0**e)).astype(np.float32)
-        assert_same_q(lmtail.quantize_q5_k(x), Q.quantize_q5_k(x), x, "quantize[hypothesis grid]")
+        assert_parity(Q, x, "quantize[hypothesis grid]")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,7 +297,7 @@ if given is not None:
 
 @pytest.mark.parametrize("kind", ["gauss", "subblocks", "logwide", "fp16edge", "outliers"])
 def test_dequantize_matches_gguf(kind):
-    x = make_matrix(kind, rows=8, nblk=3, seed=7 + len(kind), mixed=True)
+    x = drop_refused(make_matrix(kind, rows=8, nblk=3, seed=7 + len(kind), mixed=True))
     q = lmtail.quantize_q5_k(x)
     assert_same_f32(lmtail.dequantize_q5_k(q), gguf_dequantize(q), f"dequantize[{kind}] vs gguf-py")
 
@@ -292,7 +332,7 @@ def test_dequantize_random_bytes_nonfinite_scales_matches_gguf():
 
 @pytest.mark.oracle
 def test_dequantize_matches_ggml(Q):
-    x = make_matrix("gauss", rows=16, nblk=5, seed=11, mixed=True)
+    x = drop_refused(make_matrix("gauss", rows=16, nblk=5, seed=11, mixed=True))
     q = lmtail.quantize_q5_k(x)
     assert_same_f32(lmtail.dequantize_q5_k(q), Q.dequantize_q5_k(q), "dequantize vs ggml")
     r = _random_blocks(16, 5, seed=12, finite_scales=False)
@@ -348,7 +388,7 @@ def test_zero_and_constant_rows():
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 def test_quantize_independent_of_threads(threads):
-    x = make_matrix("gauss", rows=37, nblk=3, seed=21, mixed=True)
+    x = drop_refused(make_matrix("gauss", rows=37, nblk=3, seed=21, mixed=True))
     base = lmtail.quantize_q5_k(x, threads=1)
     got = lmtail.quantize_q5_k(x, threads=threads)
     assert np.array_equal(got, base)
@@ -360,7 +400,7 @@ def test_quantize_empty():
 
 
 def test_quantize_views():
-    x = make_matrix("gauss", rows=6, nblk=2, seed=9)
+    x = drop_refused(make_matrix("gauss", rows=6, nblk=2, seed=9))
     want = lmtail.quantize_q5_k(x)
     # a row slice is still C-contiguous; a strided one may be copied or rejected, never wrong
     np.testing.assert_array_equal(lmtail.quantize_q5_k(x[2:5]), want[2:5])
@@ -420,3 +460,87 @@ def test_errors_are_exported():
     assert lmtail.ShapeError is errors.ShapeError
     assert lmtail.DTypeError is errors.DTypeError
     assert lmtail.ParameterError is errors.ParameterError
+
+
+# ---------------------------------------------------------------------------------------------
+# fail closed: a block whose fp16 scales overflow would decode to inf/NaN (issue 18 item 13)
+# ---------------------------------------------------------------------------------------------
+
+F16_OVERFLOW = 65520.0  # the smallest float32 that rounds to fp16 +inf
+
+
+def _accepts(x: np.ndarray) -> bool:
+    try:
+        lmtail.quantize_q5_k(x)
+    except errors.ParameterError as e:
+        assert "overflows Q5_K's fp16 scales" in str(e)
+        return False
+    return True
+
+
+def _threshold(make) -> np.float32:
+    """The smallest magnitude v (float32) with make(v) refused, by bisection over float bits."""
+    lo, hi = int(np.float32(1.0).view(np.uint32)), int(np.float32(1e12).view(np.uint32))
+    assert _accepts(make(np.uint32(lo).view(np.float32))) and not _accepts(make(np.uint32(hi).view(np.float32)))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _accepts(make(np.uint32(mid).view(np.float32))):
+            lo = mid
+        else:
+            hi = mid
+    return np.uint32(hi).view(np.float32)
+
+
+def _one_negative(v):  # dmin = v / 63: one weight -v, the rest 0 (the fit keeps the offset v exactly)
+    x = np.zeros((1, QK_K), np.float32)
+    x[0, 77] = -v
+    return x
+
+
+def _all_positive(v):  # d = (v / 31) / 63: every weight v
+    return np.full((1, QK_K), v, np.float32)
+
+
+def test_quantize_refuses_dmin_overflow_exact_threshold():
+    t = _threshold(_one_negative)
+    # dmin = float(v / 63) overflows fp16 from 65520 on: v = 65520 * 63 (exact in float32)
+    assert t == np.float32(F16_OVERFLOW * 63) == np.float32(4127760.0)
+    below = np.nextafter(t, np.float32(0))
+    y = lmtail.dequantize_q5_k(lmtail.quantize_q5_k(_one_negative(below)))
+    assert np.isfinite(y).all() and abs(float(y[0, 77]) + float(below)) <= 0.01 * float(below)
+    with pytest.raises(errors.ParameterError, match=r"row 0, super-block 0 .*-4127760"):
+        lmtail.quantize_q5_k(_one_negative(t))
+
+
+def test_quantize_refuses_d_overflow_exact_threshold():
+    t = _threshold(_all_positive)
+    assert abs(float(t) / (F16_OVERFLOW * 63 * 31) - 1) < 1e-6, t  # float roundings of v/31/63
+    below = np.nextafter(t, np.float32(0))
+    y = lmtail.dequantize_q5_k(lmtail.quantize_q5_k(_all_positive(below)))
+    assert np.isfinite(y).all()
+    assert not _accepts(_all_positive(t))
+
+
+def test_quantize_refusal_names_the_first_bad_block_and_any_thread_count():
+    x = np.zeros((5, 3 * QK_K), np.float32)
+    x[3, 2 * QK_K + 4] = -1e7
+    x[4, 0] = -1e30
+    for threads in (1, 2, 5):
+        with pytest.raises(errors.ParameterError, match=r"row 3, super-block 2 "):
+            lmtail.quantize_q5_k(x, threads=threads)
+
+
+@pytest.mark.oracle
+def test_quantize_threshold_blocks_match_ggml(Q):
+    # Just below each threshold ggml's bytes decode finite and lmtail gives them; at the threshold
+    # ggml's block has an inf scale (it would decode to inf/NaN) and lmtail refuses it.
+    for make in (_one_negative, _all_positive):
+        t = _threshold(make)
+        below = make(np.nextafter(t, np.float32(0)))
+        want = Q.quantize_q5_k(below)
+        assert not _nonfinite_scales(want).any()
+        assert_same_q(lmtail.quantize_q5_k(below), want, below, f"quantize[{make.__name__} below]")
+        at = Q.quantize_q5_k(make(t))
+        assert _nonfinite_scales(at).all()
+        with np.errstate(all="ignore"):
+            assert not np.isfinite(Q.dequantize_q5_k(at)).all()

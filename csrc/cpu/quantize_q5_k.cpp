@@ -10,10 +10,12 @@
 //     (w * float(l)) * float(l), never w * float(l*l));
 //   * round-to-nearest uses the same "add 1.5*2^23 and read the mantissa bits" trick as the
 //     reference, including what that trick yields outside its nominal range (|x| >= 2^22,
-//     +/-inf, NaN). Finite-but-huge inputs (|x| ~ 1e30) overflow intermediate sums to inf/NaN
-//     inside the reference, and the resulting bytes depend on exactly this behaviour. The
-//     trick is pure float addition plus a bit copy, so it is defined for every input (no
-//     float->int conversion, hence no UB even for NaN);
+//     +/-inf, NaN). The trick is pure float addition plus a bit copy, so it is defined for
+//     every input (no float->int conversion, hence no UB even for NaN);
+//   * fail closed: a non-finite weight, or a block whose fp16 d or dmin overflows to inf
+//     (weights below about -4.13e6 or above about 1.28e8, where ggml writes a block that
+//     decodes to inf/NaN), throws ArgumentError after the whole call; every other block is
+//     ggml's bytes;
 //   * fp32 -> fp16 is IEEE round-to-nearest-even with overflow to inf and gradual underflow,
 //     which is what ggml's portable converter computes (checked exhaustively over all 2^32
 //     inputs during development).
@@ -25,6 +27,8 @@
 // not depend on the thread count.
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -218,7 +222,14 @@ SubBlockFit fit_sub_block(const float *x, const float *w, uint8_t *codes) {
 
 // ---- one super-block -----------------------------------------------------------------------
 
-void quantize_block(const float *x, lmt_block_q5_K *out) {
+// fp16 exponent field all ones: +/-inf or NaN.
+inline bool half_is_nonfinite(uint16_t h) { return (h & 0x7C00u) == 0x7C00u; }
+
+// Quantises one super-block (always writing ggml's bytes) and returns whether they are usable:
+// false when an input is not finite or when the fp16 super-block scale d or min scale dmin
+// overflowed (max sub-block step / 63 or max offset / 63 >= 65520, i.e. weights of roughly
+// 4.1e6 below zero or 1.3e8 above): such a block decodes to inf/NaN, so the caller refuses it.
+bool quantize_block(const float *x, lmt_block_q5_K *out) {
     uint8_t codes[LMT_QK_K];
     float step[kSubBlocks];
     float offset[kSubBlocks];
@@ -290,6 +301,9 @@ void quantize_block(const float *x, lmt_block_q5_K *out) {
             out->qh[l] |= static_cast<uint8_t>(((a >> 4) << (2 * g)) | ((b >> 4) << (2 * g + 1)));
         }
     }
+    bool finite = true;
+    for (int i = 0; i < LMT_QK_K; ++i) finite &= (float_bits(x[i]) & 0x7F800000u) != 0x7F800000u;
+    return finite && !half_is_nonfinite(out->d) && !half_is_nonfinite(out->dmin);
 }
 
 void dequantize_block(const lmt_block_q5_K *blk, float *y) {
@@ -410,6 +424,9 @@ void quantize_q5_k(const float *src, uint8_t *dst, int64_t rows, int64_t cols, i
     check_shape("quantize_q5_k", src, dst, rows, cols);
     const int64_t nb = cols / LMT_QK_K;
     const size_t row_bytes = static_cast<size_t>(nb) * LMT_Q5K_BLOCK_BYTES;
+    // Fail closed: the first (lowest-index) block that would decode to inf/NaN is reported once
+    // every worker has joined (an exception must not leave a worker thread).
+    std::atomic<int64_t> first_bad{INT64_MAX};
     for_rows(rows, nb, 16, n_threads, [&](int64_t r0, int64_t r1) {
         const DefaultFpMode fp_mode;
         for (int64_t r = r0; r < r1; ++r) {
@@ -417,11 +434,34 @@ void quantize_q5_k(const float *src, uint8_t *dst, int64_t rows, int64_t cols, i
             uint8_t *row = dst + static_cast<size_t>(r) * row_bytes;
             for (int64_t b = 0; b < nb; ++b) {
                 lmt_block_q5_K blk;
-                quantize_block(x + b * LMT_QK_K, &blk);
+                if (!quantize_block(x + b * LMT_QK_K, &blk)) {
+                    int64_t cur = first_bad.load(), mine = r * nb + b;
+                    while (mine < cur && !first_bad.compare_exchange_weak(cur, mine)) {
+                    }
+                }
                 std::memcpy(row + static_cast<size_t>(b) * LMT_Q5K_BLOCK_BYTES, &blk, sizeof blk);
             }
         }
     });
+    const int64_t bad = first_bad.load();
+    if (bad == INT64_MAX) return;
+    const int64_t r = bad / nb, b = bad % nb;
+    const float *x = src + r * cols + b * LMT_QK_K;
+    float lo = 0, hi = 0;
+    for (int i = 0; i < LMT_QK_K; ++i) {
+        if ((float_bits(x[i]) & 0x7F800000u) == 0x7F800000u) {
+            throw ArgumentError("quantize_q5_k: weights must be finite; found a non-finite weight at (" +
+                                std::to_string(r) + ", " + std::to_string(b * LMT_QK_K + i) + ")");
+        }
+        lo = std::min(lo, x[i]);
+        hi = std::max(hi, x[i]);
+    }
+    char range[96];
+    std::snprintf(range, sizeof range, "[%.9g, %.9g]", static_cast<double>(lo), static_cast<double>(hi));
+    throw ArgumentError("quantize_q5_k: row " + std::to_string(r) + ", super-block " + std::to_string(b) +
+                        " (weights " + range + ") overflows Q5_K's fp16 scales (d or dmin would be inf: "
+                        "the block would decode to inf/NaN); Q5_K represents weights only down to about "
+                        "-4.13e6 and up to about 1.28e8");
 }
 
 void dequantize_q5_k(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads) {

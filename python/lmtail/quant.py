@@ -16,6 +16,15 @@ def quantize_q5_k(w: np.ndarray, *, threads: Optional[int] = None) -> np.ndarray
 
     Bytes equal ggml's ``quantize_row_q5_K_ref`` (``ggml_quantize_chunk`` without an importance
     matrix). The result is the array :class:`lmtail.Head` takes.
+
+    Fails closed (:class:`~lmtail.errors.ParameterError`, nothing returned) on a non-finite
+    weight and on any 256-weight super-block whose fp16 scale ``d`` (largest sub-block step / 63)
+    or min scale ``dmin`` (largest sub-block offset / 63) reaches 65520 and so rounds to inf:
+    ggml writes such a block, but it decodes to inf/NaN. In practice that is a weight below
+    -4127760 (= 65520 * 63: one such weight makes dmin overflow) or above about 1.2796e8 (a
+    sub-block of such weights makes d overflow); the exact limit depends on the block, and the
+    rule is exactly "ggml's bytes for this block would have an inf/NaN d or dmin". Every
+    accepted input gives ggml's bytes.
     """
     if not isinstance(w, np.ndarray) or w.dtype != np.float32:
         raise DTypeError(f"w: expected a float32 numpy array; found {getattr(w, 'dtype', type(w).__name__)}")

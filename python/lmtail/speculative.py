@@ -503,14 +503,38 @@ def verify_sample_and_match(chain, target, draft_tokens, *, grammar=None, gramma
 
     ``n_probs`` > 0 (whole rows only) also reports each emitted token's target log-probability as
     llama-server computes it (softmax of the raw row); llama.cpp's server reports 0.0 there.
+
+    All-or-nothing: the step changes the chain (RNG streams, histories) and the grammar only if
+    it returns; on any error (a token the grammar rejects, a bad row, a failing sampler) both are
+    put back exactly as they were before the call, so the caller can retry or fall back. The
+    grammar therefore needs ``snapshot()``/``restore()`` (GrammarMatcher and LazyGrammarMatcher
+    have them).
     """
+    from .sampling import Chain
     from .sampling.topk_route import TopKRows
 
+    if not isinstance(chain, Chain):
+        raise ParameterError(f"chain: expected an lmtail.sampling.Chain; found {type(chain).__name__}")
     if isinstance(draft_tokens, np.ndarray):
         draft_tokens = draft_tokens.tolist()
+    if isinstance(draft_tokens, (str, bytes)) or not hasattr(draft_tokens, "__len__"):
+        raise ParameterError(f"draft_tokens: expected a sequence of token ids; found {type(draft_tokens).__name__}")
     n = len(draft_tokens)
     toks = _tokens(draft_tokens, chain.n_vocab)
-    eog = frozenset(int(t) for t in eog_ids)
+    if isinstance(eog_ids, (str, bytes)) or not hasattr(eog_ids, "__iter__"):
+        raise ParameterError(f"eog_ids: expected an iterable of token ids; found {eog_ids!r}")
+    eog_list = list(eog_ids)
+    for t in eog_list:
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (numbers.Integral, np.integer)) or \
+                not 0 <= int(t) < chain.n_vocab:
+            raise ParameterError(f"eog_ids: expected token ids in [0, {chain.n_vocab}); found {t!r}")
+    eog = frozenset(int(t) for t in eog_list)
+    if isinstance(n_probs, bool) or not isinstance(n_probs, numbers.Integral) or n_probs < 0:
+        raise ParameterError(f"n_probs: expected an integer >= 0; found {n_probs!r}")
+    if grammar is not None and not (callable(getattr(grammar, "snapshot", None))
+                                    and callable(getattr(grammar, "restore", None))):
+        raise ParameterError("grammar: needs snapshot()/restore() so that a failed step can be undone "
+                             f"(found {type(grammar).__name__})")
     if isinstance(target, TopKRows):
         if len(target) != n + 1:
             raise ShapeError(f"target: expected {n + 1} rows (n drafts + 1); found {len(target)}")
@@ -529,6 +553,18 @@ def verify_sample_and_match(chain, target, draft_tokens, *, grammar=None, gramma
 
         return common_sample(chain, rows[i], grammar, grammar_first)
 
+    saved = chain._save("all")
+    gsnap = grammar.snapshot() if grammar is not None else None
+    try:
+        return _sample_and_match(chain, sample, toks, n, rows, grammar, eog, n_probs)
+    except BaseException:
+        chain._load(saved)
+        if grammar is not None:
+            grammar.restore(gsnap)
+        raise
+
+
+def _sample_and_match(chain, sample, toks, n, rows, grammar, eog, n_probs) -> Decision:
     out: list[int] = []
     logps: list[float] = []
     accepted = 0

@@ -6,8 +6,8 @@ float/double arithmetic and platform libm, same sort and tie order (GCC libstdc+
 """
 
 from .candidates import TOKEN_DATA, Candidates
-from .chain import (COMMON_DEFAULTS, Chain, build_sampler, common_chain, common_spec, get_threads,
-                    register_sampler, set_threads)
+from .chain import (COMMON_DEFAULTS, Chain, build_sampler, common_chain, common_sampler_names, common_spec,
+                    get_threads, register_sampler, sampler_names, set_threads)
 from .logprobs import TokenLogprobs, post_sampling_logprobs, server_logprobs
 from .rng import DEFAULT_SEED, STDLIBS, Mt19937
 from .samplers import Sampler, SamplingError
@@ -18,7 +18,7 @@ __all__ = [
     "Mt19937", "DEFAULT_SEED", "STDLIBS",
     "Candidates", "TOKEN_DATA",
     "Chain", "common_chain", "common_spec", "build_sampler", "COMMON_DEFAULTS", "set_threads", "get_threads",
-    "register_sampler",
+    "register_sampler", "sampler_names", "common_sampler_names",
     "RequestSamplerState", "AdaptiveState",
     "TokenLogprobs", "server_logprobs", "post_sampling_logprobs",
     "Sampler", "SamplingError",

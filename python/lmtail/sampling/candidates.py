@@ -17,6 +17,9 @@ assert TOKEN_DATA.itemsize == 12
 
 
 class Candidates:
+    """A ``llama_token_data_array``: records ``buf[offset : offset + size]``, ``selected`` (an index
+    into that window, -1 for none) and ``sorted`` (descending by logit, trusted as llama.cpp does)."""
+
     __slots__ = ("buf", "offset", "size", "selected", "sorted")
 
     def __init__(self, buf: np.ndarray, size: int | None = None, *, offset: int = 0, selected: int = -1,
@@ -40,6 +43,7 @@ class Candidates:
 
     @classmethod
     def from_arrays(cls, ids, logits, probs=None, *, sorted: bool = False) -> "Candidates":
+        """Candidates from parallel arrays of ids, logits and (optionally) probabilities."""
         ids = np.asarray(ids)
         buf = np.empty(len(ids), TOKEN_DATA)
         buf["id"] = ids
@@ -53,14 +57,17 @@ class Candidates:
 
     @property
     def ids(self) -> np.ndarray:
+        """The active token ids (a view)."""
         return self.view()["id"]
 
     @property
     def logits(self) -> np.ndarray:
+        """The active logits (a view)."""
         return self.view()["logit"]
 
     @property
     def probs(self) -> np.ndarray:
+        """The active probabilities (a view; meaningful after a softmax-computing sampler)."""
         return self.view()["p"]
 
     @property
@@ -73,6 +80,7 @@ class Candidates:
         return int(self.buf["id"][self.offset + self.selected])
 
     def copy(self) -> "Candidates":
+        """An independent copy of the active window (offset 0)."""
         return Candidates(self.view().copy(), self.size, selected=self.selected, sorted=self.sorted)
 
     def __len__(self) -> int:

@@ -1,14 +1,20 @@
 """Sampler chains: ``Chain(spec, n_vocab)`` (llama_sampler_chain) and ``common_chain(**params)``
 (what llama.cpp's ``common_sampler_init`` builds from ``common_params_sampling``).
 
-A spec is a list of tuples named as llama.cpp names its samplers (``"top_k"`` or ``"top-k"``);
-arguments follow ``llama_sampler_init_*`` except that n_vocab and the vocabulary come from the
-chain and an RNG seed is always the last, optional argument (absent: the chain's seed)::
+A spec is a list of tuples named as llama.cpp names its samplers; arguments follow
+``llama_sampler_init_*`` except that n_vocab and the vocabulary come from the chain and an RNG
+seed is always the last, optional argument (absent: the chain's seed). Names are
+case-insensitive with ``-`` and ``_`` interchangeable, and every name llama.cpp uses is accepted:
+the ``llama_sampler_init_*`` names below, the names llama.cpp prints (``"top-k"``,
+``"temp-ext"``, ``"mirostat-v2"``...), and every name and alias of ``common_sampler_types_from_names``
+(``"temperature"`` = temp_ext, ``"typ_p"``/``"typ"``/``"typp"`` = typical, ``"nucleus"``/``"topp"``
+= top_p, ``"topk"``, ``"minp"``, ``"topnsigma"``, ``"adaptivep"``). :func:`sampler_names` lists
+them; an unknown name raises ParameterError listing the valid ones::
 
     ("greedy",)                          ("dist", [seed])
     ("top_k", k)                         ("top_p", p, [min_keep=1])
     ("min_p", p, [min_keep=1])           ("typical", p, [min_keep=1])
-    ("temp", t)                          ("temp_ext", t, delta, exponent)
+    ("temp", t)                          ("temp_ext", t, [delta=0], [exponent=1])
     ("xtc", probability, threshold, [min_keep=1], [seed])
     ("top_n_sigma", n)                   ("mirostat", tau, eta, [m=100], [seed])
     ("mirostat_v2", tau, eta, [seed])    ("penalties", last_n, repeat, freq, present)
@@ -52,13 +58,14 @@ What is exact, and where (read before relying on parity):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import numbers
 
 import numpy as np
 
 from .. import _core
-from ..errors import DTypeError, ParameterError, ShapeError
+from ..errors import DTypeError, LmtailError, ParameterError, ShapeError
 from . import samplers as S
 from .candidates import TOKEN_DATA, Candidates
 from .rng import DEFAULT_SEED, check_seed, check_stdlib
@@ -74,7 +81,7 @@ _SPECS = {
     "min_p": (("p",), ("min_keep",)),
     "typical": (("p",), ("min_keep",)),
     "temp": (("t",), ()),
-    "temp_ext": (("t", "delta", "exponent"), ()),
+    "temp_ext": (("t",), ("delta", "exponent")),
     "xtc": (("probability", "threshold"), ("min_keep", "seed")),
     "top_n_sigma": (("n",), ()),
     "mirostat": (("tau", "eta"), ("m", "seed")),
@@ -85,7 +92,20 @@ _SPECS = {
     "adaptive_p": (("target", "decay"), ("seed",)),
     "infill": ((), ()),
 }
-_DEFAULTS = {"min_keep": 1, "m": 100, "breakers": ()}
+_DEFAULTS = {"min_keep": 1, "m": 100, "breakers": (), "delta": 0.0, "exponent": 1.0}
+
+# llama.cpp's other names for the samplers, all mapped to the entry above that llama.cpp builds for
+# them. The names ``common_sampler_types_from_names`` accepts (common/sampling.cpp: each common
+# type's canonical name, its kebab-case and no-dash forms, and "nucleus", "temp", "typ"): "temp"
+# stays the plain temperature sampler here (as in llama_sampler_init_temp) -- the two agree
+# whenever dynatemp is off, which is all a one-argument entry can say; "temperature" is what
+# common builds, temp_ext (with delta = 0 and exponent = 1 when not given).
+_ALIASES = {
+    "temperature": "temp_ext", "tempext": "temp_ext",
+    "typ_p": "typical", "typp": "typical", "typ": "typical",
+    "nucleus": "top_p", "topp": "top_p", "topk": "top_k", "minp": "min_p",
+    "topnsigma": "top_n_sigma", "adaptivep": "adaptive_p",
+}
 
 
 # Extra sampler kinds registered by other modules (e.g. the grammar sampler):
@@ -97,10 +117,18 @@ def register_sampler(name: str, factory) -> None:
     """Make ``(name, *args)`` usable in chain specs (for samplers defined outside this package,
     such as ``("grammar", text, [root])``). The factory receives the spec arguments and the chain's
     n_vocab, seed, stdlib and vocab as keywords and returns a Sampler."""
+    if not isinstance(name, str):
+        raise ParameterError(f"register_sampler: expected a string name; found {name!r}")
     key = name.replace("-", "_").lower()
-    if key in _SPECS:
-        raise ParameterError(f"register_sampler: {name!r} is a built-in llama.cpp sampler")
+    if key in _SPECS or key in _ALIASES:
+        raise ParameterError(f"register_sampler: {name!r} is a built-in llama.cpp sampler name")
     _EXTRA[key] = factory
+
+
+def sampler_names() -> list[str]:
+    """Every name a chain spec accepts (canonical names, llama.cpp's aliases, registered ones);
+    case-insensitive, ``-`` and ``_`` interchangeable."""
+    return sorted(set(_SPECS) | set(_ALIASES) | set(_EXTRA))
 
 
 def _canonical(name) -> str:
@@ -109,8 +137,11 @@ def _canonical(name) -> str:
     key = name.replace("-", "_").lower()
     if key in _EXTRA:
         return key
+    key = _ALIASES.get(key, key)
     if key not in _SPECS:
-        raise ParameterError(f"unknown sampler {name!r}; expected one of {', '.join(sorted(_SPECS))}")
+        raise ParameterError(f"unknown sampler {name!r}; expected one of {', '.join(sorted(_SPECS))} "
+                             f"or an alias ({', '.join(sorted(_ALIASES))})"
+                             + (f" or a registered sampler ({', '.join(sorted(_EXTRA))})" if _EXTRA else ""))
     return key
 
 
@@ -231,6 +262,7 @@ class Chain:
     # -- llama.cpp-like API --------------------------------------------------------------------
     @property
     def names(self) -> list[str]:
+        """The samplers' llama.cpp names, in chain order (no-op samplers as "?name")."""
         return [s.name for s in self.samplers]
 
     @property
@@ -243,6 +275,7 @@ class Chain:
         return out
 
     def check_logits(self, logits) -> np.ndarray:
+        """``logits`` as a C-contiguous (n_vocab,) float32 array; DTypeError/ShapeError otherwise."""
         if not isinstance(logits, np.ndarray):
             raise DTypeError(f"logits: expected a numpy float32 array; found {type(logits).__name__}")
         if logits.dtype != np.float32:
@@ -251,8 +284,43 @@ class Chain:
             raise ShapeError(f"logits: expected shape ({self.n_vocab},) (n_vocab); found {logits.shape}")
         return np.ascontiguousarray(logits)
 
-    def apply(self, logits) -> Candidates:
-        """Fill the candidates from logits and run every sampler; returns the candidates."""
+    # All-or-nothing: every call that can change sampler state saves (cheaply) the samplers it
+    # can change and puts them back when it raises, so a failed call leaves no half-drawn RNG,
+    # moved mu or partly accepted token behind.
+    def _save(self, kind: str = "all"):
+        if kind == "apply":
+            items = [(i, s._save()) for i, s in enumerate(self.samplers) if s._mutates_on_apply]
+        elif kind == "accept":
+            # built-in accepts cannot fail once the token is validated: save only when a sampler
+            # defined elsewhere could raise after others have already taken the token
+            if all(s._builtin for s in self.samplers):
+                items = []
+            else:
+                items = [(i, s._save()) for i, s in enumerate(self.samplers) if s._mutates_on_accept]
+        else:
+            items = [(i, s._save()) for i, s in enumerate(self.samplers)
+                     if s._mutates_on_apply or s._mutates_on_accept]
+        return items, self.last
+
+    def _load(self, saved) -> None:
+        items, last = saved
+        for i, st in items:
+            self.samplers[i]._load(st)
+        self.last = last
+
+    @contextlib.contextmanager
+    def atomic(self):
+        """``with chain.atomic(): ...`` -- if the block raises, every sampler's state (RNG engines,
+        mirostat mu, adaptive EMA, histories) is put back as it was on entry; for composing several
+        chain calls (e.g. a grammar-constrained resample) into one all-or-nothing step."""
+        saved = self._save("all")
+        try:
+            yield self
+        except BaseException:
+            self._load(saved)
+            raise
+
+    def _run(self, logits) -> Candidates:
         logits = self.check_logits(logits)
         c = Candidates(self._buf, self.n_vocab)
         rest = self.samplers
@@ -271,33 +339,66 @@ class Chain:
         self.last = c
         return c
 
+    def apply(self, logits) -> Candidates:
+        """Fill the candidates from logits and run every sampler; returns the candidates (a view of
+        the chain's buffer, valid until the next call). All-or-nothing: on an error no sampler
+        state has changed."""
+        saved = self._save("apply")
+        try:
+            return self._run(logits)
+        except BaseException:
+            self._load(saved)
+            raise
+
     def apply_candidates(self, c: Candidates) -> Candidates:
-        """Run the chain on a caller-built candidate array (llama_sampler_apply)."""
-        for s in self.samplers:
-            s.apply(c)
+        """Run the chain on a caller-built candidate array (llama_sampler_apply); all-or-nothing
+        for the chain's state (the candidates themselves may be partly rewritten on an error)."""
+        if not isinstance(c, Candidates):
+            raise ParameterError(f"apply_candidates: expected a Candidates; found {type(c).__name__}")
+        saved = self._save("apply")
+        try:
+            for s in self.samplers:
+                s.apply(c)
+        except BaseException:
+            self._load(saved)
+            raise
         self.last = c
         return c
 
     def sample(self, logits) -> int:
-        """Apply the chain to logits and return the selected token (not accepted)."""
+        """Apply the chain to logits and return the selected token (not accepted). All-or-nothing:
+        on an error (bad logits, a sampler failing, no selection) no RNG has advanced."""
         if self._greedy_only:
             # greedy on a fresh array selects index == token id; no candidate array is needed
             self.last = None
             return int(_core.sampling_greedy_fresh(self.check_logits(logits)))
-        c = self.apply(logits)
-        if not 0 <= c.selected < c.size:
-            raise S.SamplingError(f"the chain {self.names} selected no token (selected={c.selected}, "
-                                  f"size={c.size}); end it with a terminal sampler (dist, greedy, mirostat...)")
-        return int(c.buf["id"][c.offset + c.selected])
+        saved = self._save("apply")
+        try:
+            c = self._run(logits)
+            if not 0 <= c.selected < c.size:
+                raise S.SamplingError(f"the chain {self.names} selected no token (selected={c.selected}, "
+                                      f"size={c.size}); end it with a terminal sampler (dist, greedy, mirostat...)")
+            return int(c.buf["id"][c.offset + c.selected])
+        except BaseException:
+            self._load(saved)
+            raise
 
     def accept(self, token) -> None:
+        """Record an emitted token in every sampler (penalty/DRY histories, adaptive-p's EMA), as
+        ``llama_sampler_accept``; a token outside [0, n_vocab) raises ParameterError, unchanged."""
         if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not 0 <= int(token) < self.n_vocab:
             raise ParameterError(f"accept: expected a token id in [0, {self.n_vocab}); found {token!r}")
         token = int(token)
-        for s in self.samplers:
-            s.accept(token)
+        saved = self._save("accept")
+        try:
+            for s in self.samplers:
+                s.accept(token)
+        except BaseException:
+            self._load(saved)
+            raise
 
     def reset(self) -> None:
+        """``llama_sampler_reset``: clear histories, reseed (a random seed again for seed -1)."""
         for s in self.samplers:
             s.reset()
 
@@ -309,18 +410,53 @@ class Chain:
         return _SNAP_MAGIC + json.dumps(doc, separators=(",", ":")).encode()
 
     def restore(self, blob: bytes) -> None:
-        """Resume from ``snapshot()``: the following draws continue the exact sequence."""
+        """Resume from ``snapshot()``: the following draws continue the exact sequence.
+
+        The snapshot is untrusted input and validated as a whole before anything is applied: the
+        format, the chain it came from (sampler names and count, n_vocab, stdlib), and every
+        sampler's state (exact keys; RNG engines well-formed and not degenerate, with their seed;
+        mu/EMA values float32; histories of in-range token ids no longer than the sampler's
+        window; adaptive-p's pending selection consistent). Anything else raises ParameterError
+        and the chain is exactly as before (also if a sampler defined elsewhere fails in its own
+        ``set_state``).
+        """
         if not isinstance(blob, (bytes, bytearray)) or not bytes(blob).startswith(_SNAP_MAGIC):
             raise ParameterError("Chain.restore: expected bytes from Chain.snapshot()")
         try:
             doc = json.loads(bytes(blob)[len(_SNAP_MAGIC):].decode())
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise ParameterError(f"Chain.restore: corrupt snapshot ({e})") from None
-        if doc.get("names") != self.names or doc.get("n_vocab") != self.n_vocab:
-            raise ParameterError(f"Chain.restore: snapshot of chain {doc.get('names')} (n_vocab "
-                                 f"{doc.get('n_vocab')}) does not fit this chain {self.names} (n_vocab {self.n_vocab})")
-        for s, st in zip(self.samplers, doc["state"]):
-            s.set_state(st)
+        keys = {"names", "n_vocab", "stdlib", "state"}
+        if not isinstance(doc, dict) or set(doc) != keys:
+            found = sorted(map(str, doc)) if isinstance(doc, dict) else type(doc).__name__
+            raise ParameterError(f"Chain.restore: corrupt snapshot (expected keys {sorted(keys)}; found {found})")
+        if doc["names"] != self.names or type(doc["n_vocab"]) is not int or doc["n_vocab"] != self.n_vocab:
+            raise ParameterError(f"Chain.restore: snapshot of chain {doc['names']!r} (n_vocab "
+                                 f"{doc['n_vocab']!r}) does not fit this chain {self.names} (n_vocab {self.n_vocab})")
+        if doc["stdlib"] != self.stdlib:
+            raise ParameterError(f"Chain.restore: snapshot of a {doc['stdlib']!r} chain; this chain draws as "
+                                 f"{self.stdlib!r} (its streams would not continue the same sequence)")
+        states = doc["state"]
+        if not isinstance(states, list) or len(states) != len(self.samplers):
+            raise ParameterError(f"Chain.restore: corrupt snapshot (expected {len(self.samplers)} sampler states; "
+                                 f"found {len(states) if isinstance(states, list) else type(states).__name__})")
+        parsed = []
+        for i, (s, st) in enumerate(zip(self.samplers, states)):
+            try:
+                parsed.append(s._parse(st, self.n_vocab))
+            except ParameterError as e:
+                raise ParameterError(f"Chain.restore: sampler {i} ({s.name}): {e}") from None
+            except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:  # pragma: no cover
+                raise ParameterError(f"Chain.restore: sampler {i} ({s.name}): corrupt state ({e!r})") from None
+        saved = self._save("all")
+        try:
+            for s, p in zip(self.samplers, parsed):
+                s._load(p)
+        except Exception as e:  # only a sampler defined elsewhere can fail here (its own set_state)
+            self._load(saved)
+            if isinstance(e, LmtailError):
+                raise
+            raise ParameterError(f"Chain.restore: corrupt snapshot ({e!r})") from e
 
     def __repr__(self) -> str:
         return f"Chain({' -> '.join(self.names)}, n_vocab={self.n_vocab}, stdlib={self.stdlib!r})"
@@ -344,8 +480,9 @@ _COMMON_CHARS = {"d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top
                  "t": "temperature", "x": "xtc", "i": "infill", "e": "penalties", "a": "adaptive_p"}
 
 
-def _common_alias(name: str) -> str:
-    n = name.lower()
+def _common_table() -> dict:
+    # common_sampler_types_from_names: canonical names, their kebab-case and no-dash forms,
+    # "nucleus", "temp", "typ" (matched after lower-casing, as llama.cpp does)...
     table = {}
     for c in _COMMON_TYPES:
         table[c] = c
@@ -353,22 +490,50 @@ def _common_alias(name: str) -> str:
             table[c.replace("_", "-")] = c
             table[c.replace("_", "")] = c
     table.update(nucleus="top_p", temp="temperature", typ="typ_p")
-    if n not in table:
+    # ... plus the llama_sampler names of what common builds for a type (lmtail: one set of names
+    # works in both Chain specs and common_chain)
+    table.update({"typical": "typ_p", "temp_ext": "temperature", "temp-ext": "temperature",
+                  "tempext": "temperature"})
+    return table
+
+
+_COMMON_TABLE = _common_table()
+
+
+def _common_alias(name) -> str:
+    if not isinstance(name, str):
+        raise ParameterError(f"samplers: expected sampler names (strings); found {name!r}")
+    n = name.lower()
+    if n not in _COMMON_TABLE:
         raise ParameterError(f"samplers: unknown sampler name {name!r} (llama.cpp would warn and skip it); "
-                             f"expected one of {', '.join(sorted(_COMMON_TYPES))} or an alias")
-    return table[n]
+                             f"expected one of {', '.join(sorted(_COMMON_TYPES))} or an alias "
+                             f"({', '.join(sorted(set(_COMMON_TABLE) - _COMMON_TYPES))})")
+    return _COMMON_TABLE[n]
 
 
 def common_sampler_names(samplers) -> list[str]:
-    """``samplers`` as names (list, llama.cpp aliases allowed) or as a char string ("edskypmxt")."""
+    """``samplers`` as names or as a char string, resolved to common's canonical type names.
+
+    A list takes every name ``common_sampler_types_from_names`` accepts (case-insensitive): dry,
+    top_k, top_p, top_n_sigma, typ_p, min_p, temperature, xtc, infill, penalties, adaptive_p, their
+    kebab-case (``top-k``) and no-dash (``topk``) forms, ``nucleus``, ``temp``, ``typ``; and the
+    llama_sampler names of the same samplers (``typical``, ``temp_ext``). A string is read as
+    ``common_sampler_types_from_chars`` reads ``--sampling-seq``: d = dry, k = top_k, y = typ_p,
+    p = top_p, s = top_n_sigma, m = min_p, t = temperature, x = xtc, i = infill, e = penalties,
+    a = adaptive_p (case-sensitive). Unknown names or chars raise ParameterError (llama.cpp
+    warns and skips them).
+    """
     if isinstance(samplers, str):
         out = []
         for ch in samplers:
             if ch not in _COMMON_CHARS:
                 raise ParameterError(f"samplers: unknown sampler char {ch!r}; expected one of "
-                                     f"{''.join(sorted(_COMMON_CHARS))}")
+                                     f"{''.join(sorted(_COMMON_CHARS))} "
+                                     f"({', '.join(f'{k}={v}' for k, v in sorted(_COMMON_CHARS.items()))})")
             out.append(_COMMON_CHARS[ch])
         return out
+    if isinstance(samplers, bytes) or not hasattr(samplers, "__iter__"):
+        raise ParameterError(f"samplers: expected a list of names or a char string; found {samplers!r}")
     return [_common_alias(s) for s in samplers]
 
 
@@ -449,7 +614,10 @@ def common_chain(n_vocab: int, *, stdlib: str = "libstdc++", vocab=None, **param
     ``ignore_eos`` adds -inf biases for ``vocab.eog_ids`` when a vocabulary is given. A vocabulary's
     ``suppress_tokens`` (if it has that attribute) are appended as -inf biases, as llama.cpp does.
     ``n_probs`` and ``n_prev`` are kept on ``chain.params`` (used by :mod:`lmtail.sampling.logprobs`).
-    Unlike llama.cpp, unknown sampler names raise instead of being skipped with a warning.
+    ``samplers`` is a list of names or a ``--sampling-seq`` char string (see
+    :func:`common_sampler_names` for every accepted name, alias and char). Unlike llama.cpp,
+    unknown sampler names raise ParameterError (listing the valid ones) instead of being skipped
+    with a warning.
     """
     spec, p = common_spec(**params)
     if vocab is not None:
@@ -467,7 +635,7 @@ def common_chain(n_vocab: int, *, stdlib: str = "libstdc++", vocab=None, **param
 
 
 __all__ = ["Chain", "common_chain", "common_spec", "build_sampler", "COMMON_DEFAULTS", "set_threads", "get_threads",
-           "register_sampler"]
+           "register_sampler", "sampler_names", "common_sampler_names"]
 
 
 def set_threads(n: int) -> None:
@@ -480,4 +648,5 @@ def set_threads(n: int) -> None:
 
 
 def get_threads() -> int:
+    """The thread count set by :func:`set_threads`."""
     return int(_core.sampling_get_threads())

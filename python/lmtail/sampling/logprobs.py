@@ -29,6 +29,7 @@ class TokenLogprobs:
 
     @property
     def logprob(self) -> float | None:
+        """Natural log of ``prob`` (-inf for 0), None when ``prob`` is None."""
         import math
 
         return None if self.prob is None else (math.log(self.prob) if self.prob > 0 else float("-inf"))

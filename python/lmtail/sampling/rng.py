@@ -47,12 +47,14 @@ _F32 = struct.Struct("<f")  # rounds a double to the nearest float32 (ties to ev
 
 
 def check_stdlib(stdlib) -> str:
+    """``stdlib`` if it names a draw convention (:data:`STDLIBS`); ParameterError otherwise."""
     if stdlib not in STDLIBS:
         raise ParameterError(f"stdlib: expected one of {', '.join(STDLIBS)}; found {stdlib!r}")
     return stdlib
 
 
 def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an int if it is an integer in [0, 2**32 - 1]; ParameterError otherwise."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= int(seed) <= 0xFFFFFFFF:
         raise ParameterError(f"{name}: expected an integer in [0, 2**32 - 1]; found {seed!r}")
     return int(seed)
@@ -78,6 +80,7 @@ class Mt19937:
         self.reseed(seed)
 
     def reseed(self, seed: int) -> None:
+        """``engine.seed(seed)``: standard init_genrand; resets ``consumed``."""
         seed = check_seed(seed)
         mt = [0] * _N
         mt[0] = seed
@@ -90,13 +93,16 @@ class Mt19937:
         self.seed = seed
 
     def _twist(self) -> None:
-        mt = self._mt
+        # Copy-on-write: the word list is never changed in place once published, so a saved
+        # state (copy(), a chain's undo record) can share it instead of copying 624 words.
+        mt = self._mt[:]
         for i in range(_N):
             y = (mt[i] & _UPPER) | (mt[(i + 1) % _N] & _LOWER)
             v = mt[(i + _M) % _N] ^ (y >> 1)
             if y & 1:
                 v ^= _MATRIX_A
             mt[i] = v
+        self._mt = mt
         self._idx = 0
 
     def __call__(self) -> int:
@@ -113,6 +119,7 @@ class Mt19937:
         return y
 
     def discard(self, n: int) -> None:
+        """Advance by n outputs (``engine.discard(n)``)."""
         for _ in range(n):
             self()
 
@@ -148,27 +155,54 @@ class Mt19937:
 
     # -- state -------------------------------------------------------------------------------
     def snapshot(self) -> bytes:
+        """The full engine state (624 words, position, output count, seed) as bytes."""
         return _SNAP_MAGIC + struct.pack(f"<{_N}IIQI", *self._mt, self._idx, self.consumed, self.seed)
 
-    def restore(self, blob: bytes) -> None:
-        if not isinstance(blob, (bytes, bytearray)) or len(blob) != self.snapshot_size() or \
+    @classmethod
+    def parse_snapshot(cls, blob) -> "Mt19937":
+        """A new engine from ``snapshot()`` bytes; raises ParameterError for anything else.
+
+        Refused: not bytes, a wrong length or magic, a position > 624, and a degenerate state
+        (the 19937 state bits -- the top bit of word 0 and words 1..623 -- all zero: the twist then
+        yields 0 forever; no seeded engine ever reaches it, since the twist is a bijection on the
+        non-zero states). Words are 32-bit by construction of the format."""
+        if not isinstance(blob, (bytes, bytearray)) or len(blob) != cls.snapshot_size() or \
                 bytes(blob[:8]) != _SNAP_MAGIC:
-            raise ParameterError(f"Mt19937.restore: expected a {self.snapshot_size()}-byte snapshot from "
+            raise ParameterError(f"Mt19937.restore: expected a {cls.snapshot_size()}-byte snapshot from "
                                  f"Mt19937.snapshot(); found {type(blob).__name__} of "
                                  f"{len(blob) if hasattr(blob, '__len__') else '?'} bytes")
         vals = struct.unpack(f"<{_N}IIQI", bytes(blob[8:]))
         if vals[_N] > _N:
             raise ParameterError(f"Mt19937.restore: corrupt snapshot (index {vals[_N]} > {_N})")
-        self._mt = list(vals[:_N])
-        self._idx, self.consumed, self.seed = vals[_N], vals[_N + 1], vals[_N + 2]
+        mt = list(vals[:_N])
+        if not (mt[0] & _UPPER) and not any(mt[1:]):
+            raise ParameterError("Mt19937.restore: corrupt snapshot (degenerate all-zero state: the engine "
+                                 "would emit 0 forever)")
+        e = cls.__new__(cls)
+        e._mt = mt
+        e._idx, e.consumed, e.seed = vals[_N], vals[_N + 1], vals[_N + 2]
+        return e
+
+    def restore(self, blob: bytes) -> None:
+        """Resume from ``snapshot()`` bytes (validated first: on an error nothing changes)."""
+        self.assign(self.parse_snapshot(blob))
+
+    def assign(self, other: "Mt19937") -> None:
+        """Make this engine a copy of ``other`` (in place: references to it stay valid)."""
+        if not isinstance(other, Mt19937):
+            raise ParameterError(f"Mt19937.assign: expected an Mt19937; found {type(other).__name__}")
+        self._mt = other._mt  # shared: never written in place (see _twist)
+        self._idx, self.consumed, self.seed = other._idx, other.consumed, other.seed
 
     @staticmethod
     def snapshot_size() -> int:
+        """Bytes in a ``snapshot()``: 8 magic + 624 words + index + output count + seed."""
         return 8 + 4 * _N + 4 + 8 + 4
 
     def copy(self) -> "Mt19937":
+        """An independent engine in the same state."""
         c = Mt19937.__new__(Mt19937)
-        c._mt = list(self._mt)
+        c._mt = self._mt  # shared: never written in place (see _twist)
         c._idx, c.consumed, c.seed = self._idx, self.consumed, self.seed
         return c
 

@@ -96,33 +96,128 @@ def _real(v, name):
     return f32(v)
 
 
+# ---- state validation (snapshots are untrusted input) --------------------------------------
+def _st_fields(st, keys: tuple, who: str) -> dict:
+    if not isinstance(st, dict) or set(st) != set(keys):
+        found = sorted(map(str, st)) if isinstance(st, dict) else type(st).__name__
+        raise ParameterError(f"{who}: expected a state with keys {sorted(keys)}; found {found}")
+    return st
+
+
+def _st_int(v, lo: int, hi: int, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise ParameterError(f"{what}: expected an integer in [{lo}, {hi}]; found {v!r}")
+    return v
+
+
+def _st_f32(v, what: str) -> np.float32:
+    # The snapshot wrote float(f32): anything that does not round-trip through float32 is corrupt.
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ParameterError(f"{what}: expected a float32 value; found {v!r}")
+    with np.errstate(over="ignore"):
+        f = f32(v)
+    if not (float(f) == v or (v != v and f != f)):
+        raise ParameterError(f"{what}: expected a float32 value; found {v!r} (not representable)")
+    return f
+
+
+def _st_tokens(v, n_vocab: int | None, max_len: int, what: str) -> tuple:
+    if not isinstance(v, list):
+        raise ParameterError(f"{what}: expected a list of token ids; found {type(v).__name__}")
+    if len(v) > max_len:
+        raise ParameterError(f"{what}: expected at most {max_len} tokens (the sampler's window); found {len(v)}")
+    hi = (n_vocab - 1) if n_vocab is not None else 2 ** 31 - 1
+    for i, t in enumerate(v):
+        _st_int(t, 0, hi, f"{what}[{i}]")
+    return tuple(v)
+
+
+class _Foreign:
+    """State of a sampler defined outside lmtail: opaque (its own set_state validates it)."""
+
+    __slots__ = ("st",)
+
+    def __init__(self, st):
+        self.st = st
+
+
 # ---- samplers ---------------------------------------------------------------------------------
 class Sampler:
+    """Base class of every sampler: one ``llama_sampler`` (its ``apply``/``accept``/``reset``).
+
+    Subclasses (e.g. for :func:`lmtail.sampling.register_sampler`) override ``apply`` and, if they
+    keep state, ``accept``/``reset``/``get_state``/``set_state``. A chain treats a subclass that
+    overrides ``set_state`` as opaque: it saves its state with ``get_state()`` (deep-copied) and
+    puts it back with ``set_state()`` when a call must be undone, so such a ``set_state`` should
+    validate its input and change nothing when it raises.
+    """
+
     name = "?"
+    # Which calls change the sampler's state (a chain saves exactly those samplers before a call
+    # so that a failing call can be undone). Conservative for samplers defined elsewhere.
+    _mutates_on_apply = True
+    _mutates_on_accept = True
+    _builtin = False
 
     def apply(self, c: Candidates) -> None:  # pragma: no cover - interface
+        """Transform the candidates in place (reorder, truncate, rewrite logits/p, select)."""
         raise NotImplementedError
 
     def accept(self, token: int) -> None:
-        pass
+        """Record that ``token`` was emitted (histories, adaptive state). Default: nothing."""
 
     def reset(self) -> None:
-        pass
+        """Back to the state after construction (reseeding from the seed). Default: nothing."""
 
     def get_state(self) -> dict:
+        """The sampler's state as a JSON-compatible dict (what ``Chain.snapshot`` stores)."""
         return {}
 
     def set_state(self, st: dict) -> None:
-        pass
+        """Restore a ``get_state()`` dict; validated first (ParameterError, nothing changed)."""
+        self._load(self._parse(st, None))
+
+    def _foreign(self) -> bool:
+        t = type(self)
+        return t.set_state is not Sampler.set_state or t.get_state is not Sampler.get_state
+
+    def _parse(self, st, n_vocab: int | None):
+        """Validate a ``get_state()`` dict without changing anything; returns what ``_load`` takes."""
+        if self._foreign():
+            return _Foreign(st)
+        _st_fields(st, (), self.name)
+        return None
+
+    def _save(self):
+        """The live state, cheaply (for undoing a call): what ``_load`` takes."""
+        if self._foreign():
+            import copy
+
+            return _Foreign(copy.deepcopy(self.get_state()))
+        return None
+
+    def _load(self, saved) -> None:
+        if isinstance(saved, _Foreign):
+            type(self).set_state(self, saved.st)
 
     def __repr__(self) -> str:
         return f"<{self.name}>"
+
+
+class _Stateless(Sampler):
+    _mutates_on_apply = False
+    _mutates_on_accept = False
+    _builtin = True
 
 
 class _Seeded(Sampler):
     """A sampler owning an mt19937 seeded like llama.cpp's get_rng_seed(seed)."""
 
     rng: Mt19937
+    _mutates_on_apply = True
+    _mutates_on_accept = False
+    _builtin = True
+    _STATE_KEYS: tuple = ("seed_cur", "rng")
 
     def __init__(self, seed: int, stdlib: str):
         self.seed = check_seed(seed)
@@ -131,35 +226,57 @@ class _Seeded(Sampler):
         self.rng = Mt19937(self.seed_cur)
 
     def reset(self) -> None:
-        # Reseed: the same stream for an explicit seed, a fresh random seed otherwise.
+        """Reseed: the same stream for an explicit seed, a fresh random seed otherwise."""
         self.seed_cur = random_seed() if self.seed == DEFAULT_SEED else self.seed
         self.rng.reseed(self.seed_cur)
 
     def get_state(self) -> dict:
+        """{"seed_cur": the effective seed, "rng": the engine snapshot as hex} (+ subclass fields)."""
         return {"seed_cur": self.seed_cur, "rng": self.rng.snapshot().hex()}
 
-    def set_state(self, st: dict) -> None:
-        self.seed_cur = int(st["seed_cur"])
-        self.rng.restore(bytes.fromhex(st["rng"]))
+    def _parse(self, st, n_vocab):
+        return self._parse_fields(_st_fields(st, self._STATE_KEYS, self.name), n_vocab)
+
+    def _parse_fields(self, d: dict, n_vocab) -> dict:
+        seed_cur = _st_int(d["seed_cur"], 0, 0xFFFFFFFF, f"{self.name}.seed_cur")
+        if not isinstance(d["rng"], str):
+            raise ParameterError(f"{self.name}.rng: expected a hex string; found {type(d['rng']).__name__}")
+        try:
+            blob = bytes.fromhex(d["rng"])
+        except ValueError:
+            raise ParameterError(f"{self.name}.rng: expected a hex string; found {d['rng'][:40]!r}") from None
+        rng = Mt19937.parse_snapshot(blob)
+        if rng.seed != seed_cur:  # the engine is always (re)seeded with seed_cur
+            raise ParameterError(f"{self.name}: engine seed {rng.seed} does not match seed_cur {seed_cur}")
+        return {"seed_cur": seed_cur, "rng": rng}
+
+    def _save(self) -> dict:
+        return {"seed_cur": self.seed_cur, "rng": self.rng.copy()}
+
+    def _load(self, p: dict) -> None:
+        self.seed_cur = p["seed_cur"]
+        self.rng.assign(p["rng"])  # in place: RequestSamplerState's references stay live
 
 
-class Empty(Sampler):
+class Empty(_Stateless):
     """The no-op sampler llama.cpp returns when the parameters disable a sampler ("?top-k"...)."""
 
     def __init__(self, name: str):
         self.name = name
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         pass
 
 
-class Greedy(Sampler):
+class Greedy(_Stateless):
     """llama_sampler_init_greedy: first index with the strictly largest logit (NaN only wins at
     index 0; all -inf gives index 0). Writes no probabilities."""
 
     name = "greedy"
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         c.selected = int(_core.sampling_greedy(c.buf, c.offset, c.size)) if c.size else 0
 
 
@@ -175,6 +292,7 @@ class Dist(_Seeded):
     name = "dist"
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if c.size == 0:
             c.selected = -1
             return
@@ -187,7 +305,7 @@ class Dist(_Seeded):
         c.selected = int(_core.sampling_dist(c.buf, c.offset, c.size, c.sorted, u))
 
 
-class TopK(Sampler):
+class TopK(_Stateless):
     """llama_sampler_init_top_k(k). k <= 0 disables it. Unsorted input is partially sorted
     (std::partial_sort for k <= 128, the 128-bucket sort over [-10, 10) otherwise, where NaN, -inf
     and, on x86, +inf land in the lowest bucket)."""
@@ -198,6 +316,7 @@ class TopK(Sampler):
         self.k = _int(k, "top_k.k")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         top_k_impl(c, self.k)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
@@ -210,7 +329,7 @@ class TopK(Sampler):
         return True
 
 
-class TopP(Sampler):
+class TopP(_Stateless):
     """llama_sampler_init_top_p(p, min_keep). p >= 1 disables it. Softmax in array order, then a
     256-candidate bucket guess (arrays > 1024) with a full-sort fallback; keeps the first prefix whose
     float running sum reaches p (inclusive) with at least min_keep entries. p is not renormalised."""
@@ -222,6 +341,7 @@ class TopP(Sampler):
         self.min_keep = _size(min_keep, "top_p.min_keep")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.p >= 1.0:
             return
         softmax(c, False)
@@ -229,7 +349,7 @@ class TopP(Sampler):
         c.sorted = True
 
 
-class MinP(Sampler):
+class MinP(_Stateless):
     """llama_sampler_init_min_p(p, min_keep). p <= 0 disables it. Unsorted input: keep, in array
     order, every logit >= max + logf(p) (``sorted`` stays false); when that keeps nothing or fewer
     than min_keep, or the input is sorted, sort and cut at the first failing index."""
@@ -241,12 +361,15 @@ class MinP(Sampler):
         self.min_keep = _size(min_keep, "min_p.min_keep")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.p <= 0.0 or c.size == 0:
             return
         k, srt = _core.sampling_min_p(c.buf, c.offset, c.size, c.sorted, self.p, self.min_keep)
         c.size, c.sorted = int(k), bool(srt)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         if self.p <= 0.0:
             return False
         k, srt = _core.sampling_fill_min_p(c.buf, logits, self.p, self.min_keep)
@@ -254,7 +377,7 @@ class MinP(Sampler):
         return True
 
 
-class Typical(Sampler):
+class Typical(_Stateless):
     """llama_sampler_init_typical(p, min_keep). p >= 1 disables it. Reproduces llama.cpp exactly,
     including its degenerate case: a probability that underflows to 0 makes the entropy NaN, and
     then nearly every candidate is kept in whatever order std::sort left them (not "fixed")."""
@@ -266,6 +389,7 @@ class Typical(Sampler):
         self.min_keep = _size(min_keep, "typical.min_keep")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.p >= 1.0:
             return
         softmax(c, True)
@@ -273,7 +397,7 @@ class Typical(Sampler):
         c.sorted = False
 
 
-class Temp(Sampler):
+class Temp(_Stateless):
     """llama_sampler_init_temp(t). t == 1 disables it; t <= 0 keeps only the first maximum in
     array order (the rest become -inf); otherwise logit / t in float (a division)."""
 
@@ -283,14 +407,17 @@ class Temp(Sampler):
         self.t = _real(t, "temp.t")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         _core.sampling_temperature(c.buf, c.offset, c.size, self.t)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         _core.sampling_fill_temperature(c.buf, logits, self.t)
         return True
 
 
-class TempExt(Sampler):
+class TempExt(_Stateless):
     """llama_sampler_init_temp_ext(t, delta, exponent): dynamic temperature for delta > 0 (entropy
     of a sorted softmax mapped into [max(0, t - delta), t + delta]; probabilities recomputed in
     double), plain temperature otherwise. With delta > 0 a single candidate is left untouched."""
@@ -303,6 +430,7 @@ class TempExt(Sampler):
         self.exponent = _real(exponent, "temp_ext.exponent")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.delta > 0:
             if c.size <= 1:
                 return
@@ -312,6 +440,8 @@ class TempExt(Sampler):
             _core.sampling_temperature(c.buf, c.offset, c.size, self.t)
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         if self.delta > 0:
             return False
         _core.sampling_fill_temperature(c.buf, logits, self.t)
@@ -334,6 +464,7 @@ class XTC(_Seeded):
         super().__init__(seed, stdlib)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.probability <= 0.0 or self.threshold > 0.5 or c.size < 2:
             return
         chance = self.rng.uniform_float(self.stdlib)
@@ -345,7 +476,7 @@ class XTC(_Seeded):
         c.size -= shift
 
 
-class TopNSigma(Sampler):
+class TopNSigma(_Stateless):
     """llama_sampler_init_top_n_sigma(n). n <= 0 disables it. Logits below max - n * std (over the
     finite-below entries; -inf excluded) become -inf; size and order unchanged."""
 
@@ -355,6 +486,7 @@ class TopNSigma(Sampler):
         self.n = _real(n, "top_n_sigma.n")
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.n <= 0.0 or c.size <= 1:
             return
         _core.sampling_top_n_sigma(c.buf, c.offset, c.size, self.n)
@@ -365,17 +497,26 @@ class _MuSeeded(_Seeded):
 
     tau: np.float32
     mu: np.float32
+    _STATE_KEYS = ("seed_cur", "rng", "mu")
 
     def reset(self) -> None:
+        """mu back to 2 tau; reseed."""
         self.mu = f32(f32(2.0) * self.tau)
         super().reset()
 
     def get_state(self) -> dict:
+        """The engine state and mu."""
         return {**super().get_state(), "mu": float(self.mu)}
 
-    def set_state(self, st: dict) -> None:
-        super().set_state(st)
-        self.mu = f32(st["mu"])
+    def _parse_fields(self, d, n_vocab) -> dict:
+        return {**super()._parse_fields(d, n_vocab), "mu": _st_f32(d["mu"], f"{self.name}.mu")}
+
+    def _save(self) -> dict:
+        return {**super()._save(), "mu": self.mu}
+
+    def _load(self, p) -> None:
+        super()._load(p)
+        self.mu = p["mu"]
 
 
 class Mirostat(_MuSeeded):
@@ -395,6 +536,7 @@ class Mirostat(_MuSeeded):
         super().__init__(seed, stdlib)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, True)
         k = int(_core.sampling_mirostat_k(c.buf, c.offset, c.size, self.m, self.n_vocab, self.mu))
         top_k_impl(c, k)
@@ -419,6 +561,7 @@ class MirostatV2(_MuSeeded):
         super().__init__(seed, stdlib)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, True)
         c.size = max(int(_core.sampling_mirostat_v2_cut(c.buf, c.offset, c.size, self.mu)), 1)
         softmax(c, True)
@@ -438,6 +581,8 @@ class Penalties(Sampler):
     """
 
     name = "penalties"
+    _mutates_on_apply = False
+    _builtin = True
 
     def __init__(self, n_vocab: int, last_n: int, repeat: float, freq: float, present: float):
         self.n_vocab = _int(n_vocab, "penalties.n_vocab")
@@ -450,9 +595,11 @@ class Penalties(Sampler):
 
     @staticmethod
     def disabled(last_n, repeat, freq, present) -> bool:
+        """llama.cpp's no-op condition for these parameters."""
         return last_n == 0 or (f32(repeat) == 1.0 and f32(freq) == 0.0 and f32(present) == 0.0)
 
     def accept(self, token: int) -> None:
+        """Push ``token`` into the last-n window (updating the counts)."""
         if self.last_n == 0:
             return
         self.counts[token] += 1
@@ -462,12 +609,15 @@ class Penalties(Sampler):
         self.prev.append(token)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if self.disabled(self.last_n, self.repeat, self.freq, self.present):
             return
         _core.sampling_penalties(c.buf, c.offset, c.size, self.counts, self.repeat, self.freq, self.present)
         c.sorted = False
 
     def apply_fresh(self, c: Candidates, logits: np.ndarray) -> bool:
+        """Build the candidates from ``logits`` fused with this sampler (the same result as filling
+        {i, logit, 0} and calling ``apply``); False (nothing done) when there is no fused path."""
         if self.disabled(self.last_n, self.repeat, self.freq, self.present):
             return False
         _core.sampling_fill_penalties(c.buf, logits, self.counts, self.repeat, self.freq, self.present)
@@ -475,16 +625,25 @@ class Penalties(Sampler):
         return True
 
     def reset(self) -> None:
+        """Clear the history."""
         self.prev.clear()
         self.counts[:] = 0
 
     def get_state(self) -> dict:
+        """{"prev": the last last_n accepted tokens, oldest first}."""
         return {"prev": list(self.prev)}
 
-    def set_state(self, st: dict) -> None:
+    def _parse(self, st, n_vocab):
+        d = _st_fields(st, ("prev",), self.name)
+        return _st_tokens(d["prev"], self.n_vocab, self.last_n, "penalties.prev")
+
+    def _save(self):
+        return tuple(self.prev)
+
+    def _load(self, prev) -> None:
         self.reset()
-        for t in st["prev"]:
-            self.accept(int(t))
+        for t in prev:
+            self.accept(t)
 
 
 def _bytes_find(word: bytes, s: bytes) -> bool:
@@ -554,6 +713,8 @@ class DRY(Sampler):
     """
 
     name = "dry"
+    _mutates_on_apply = False
+    _builtin = True
 
     def __init__(self, n_vocab: int, multiplier: float, base: float, allowed_length: int, last_n: int,
                  breakers=(), vocab=None):
@@ -569,23 +730,35 @@ class DRY(Sampler):
         self.max_len = np.full(n_vocab, INT32_MIN, np.int32)
 
     def enabled(self) -> bool:
+        """False when llama.cpp's init would return the no-op sampler."""
         return self.multiplier != 0.0 and self.base >= 1.0 and self.last_n != 0
 
     def accept(self, token: int) -> None:
+        """Append ``token`` to the history (kept to last_n tokens)."""
         if self.enabled():
             self.last.append(token)
 
     def reset(self) -> None:
+        """Clear the history."""
         self.last.clear()
 
     def get_state(self) -> dict:
+        """{"last": the history, oldest first}."""
         return {"last": list(self.last)}
 
-    def set_state(self, st: dict) -> None:
+    def _parse(self, st, n_vocab):
+        d = _st_fields(st, ("last",), self.name)
+        return _st_tokens(d["last"], len(self.max_len), self.last.maxlen, "dry.last")
+
+    def _save(self):
+        return tuple(self.last)
+
+    def _load(self, last) -> None:
         self.last.clear()
-        self.last.extend(int(t) for t in st["last"])
+        self.last.extend(last)
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if not self.enabled():
             return
         n = min(len(self.last), self.last_n)
@@ -660,7 +833,7 @@ class DRY(Sampler):
         c.sorted = False
 
 
-class LogitBias(Sampler):
+class LogitBias(_Stateless):
     """llama_sampler_init_logit_bias(n_vocab, biases). ``biases``: a {token: bias} mapping or a
     sequence of (token, bias) pairs (duplicates allowed and kept in order).
 
@@ -683,6 +856,7 @@ class LogitBias(Sampler):
             self.biases.append((tok, _real(it[1], f"logit_bias[{tok}]")))
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         if not self.biases:
             return
         v = c.view()
@@ -717,6 +891,7 @@ class AdaptiveP(_Seeded):
     accept() of the selected token updates the EMA with its pre-transform probability."""
 
     name = "adaptive-p"
+    _mutates_on_accept = True
 
     def __init__(self, target: float, decay: float, seed: int = DEFAULT_SEED, stdlib: str = "libstdc++"):
         self.target = _real(target, "adaptive_p.target")
@@ -732,6 +907,7 @@ class AdaptiveP(_Seeded):
         self.pending_idx = -1
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, False)
         if self.target < 0.0:
             c.selected = sample_discrete(c, self.rng, self.stdlib)
@@ -751,6 +927,7 @@ class AdaptiveP(_Seeded):
         self.pending_idx = idx
 
     def accept(self, token: int) -> None:
+        """Update the EMA with the pre-transform probability of the token apply selected."""
         if self.pending_id == token and self.pending_id != -1:
             p = self.original_probs[self.pending_idx]
             self.weighted_sum = f32(p + f32(self.decay * self.weighted_sum))
@@ -759,24 +936,62 @@ class AdaptiveP(_Seeded):
         self.pending_idx = -1
 
     def reset(self) -> None:
+        """EMA back to its initial value; reseed."""
         self._reset_ema()
         super().reset()
 
+    _STATE_KEYS = ("seed_cur", "rng", "weighted_sum", "total_weight", "pending_id", "pending_idx",
+                   "original_probs")
+
     def get_state(self) -> dict:
+        """The engine state, the EMA and the pending selection (with its probabilities)."""
         return {**super().get_state(), "weighted_sum": float(self.weighted_sum),
                 "total_weight": float(self.total_weight), "pending_id": self.pending_id,
                 "pending_idx": self.pending_idx, "original_probs": self.original_probs.tobytes().hex()}
 
-    def set_state(self, st: dict) -> None:
-        super().set_state(st)
-        self.weighted_sum = f32(st["weighted_sum"])
-        self.total_weight = f32(st["total_weight"])
-        self.pending_id = int(st["pending_id"])
-        self.pending_idx = int(st["pending_idx"])
-        self.original_probs = np.frombuffer(bytes.fromhex(st["original_probs"]), np.float32).copy()
+    def _parse_fields(self, d, n_vocab) -> dict:
+        p = super()._parse_fields(d, n_vocab)
+        who = self.name
+        ws = p["weighted_sum"] = _st_f32(d["weighted_sum"], f"{who}.weighted_sum")
+        tw = p["total_weight"] = _st_f32(d["total_weight"], f"{who}.total_weight")
+        # Reachable values: total_weight starts at 1 / (1 - decay) >= 1 and stays >= 1; both are
+        # finite unless target is NaN (then weighted_sum is NaN from the start).
+        if not (np.isfinite(ws) or (np.isnan(ws) and np.isnan(self.target))):
+            raise ParameterError(f"{who}.weighted_sum: expected a finite value; found {float(ws)}")
+        if not (np.isfinite(tw) and tw >= 1.0):
+            raise ParameterError(f"{who}.total_weight: expected a finite value >= 1; found {float(tw)}")
+        raw = d["original_probs"]
+        try:
+            blob = bytes.fromhex(raw) if isinstance(raw, str) else None
+        except ValueError:
+            blob = None
+        if blob is None or len(blob) % 4 or (n_vocab is not None and len(blob) > 4 * n_vocab):
+            raise ParameterError(f"{who}.original_probs: expected the hex of at most n_vocab float32 values")
+        probs = np.frombuffer(blob, np.float32).copy()
+        if np.any(~((probs >= 0) & (probs <= 1)) & ~np.isnan(probs)):
+            raise ParameterError(f"{who}.original_probs: expected probabilities in [0, 1]")
+        hi = (n_vocab - 1) if n_vocab is not None else 2 ** 31 - 1
+        pid = _st_int(d["pending_id"], -1, hi, f"{who}.pending_id")
+        pidx = _st_int(d["pending_idx"], -1, len(probs) - 1, f"{who}.pending_idx")
+        if (pid == -1) != (pidx == -1):
+            raise ParameterError(f"{who}: pending_id {pid} and pending_idx {pidx} must both be -1 or both set")
+        p.update(original_probs=probs, pending_id=pid, pending_idx=pidx)
+        return p
+
+    def _save(self) -> dict:
+        # original_probs is replaced by apply, never written in place: a reference suffices.
+        return {**super()._save(), "weighted_sum": self.weighted_sum, "total_weight": self.total_weight,
+                "pending_id": self.pending_id, "pending_idx": self.pending_idx,
+                "original_probs": self.original_probs}
+
+    def _load(self, p) -> None:
+        super()._load(p)
+        self.weighted_sum, self.total_weight = p["weighted_sum"], p["total_weight"]
+        self.pending_id, self.pending_idx = p["pending_id"], p["pending_idx"]
+        self.original_probs = p["original_probs"]
 
 
-class Infill(Sampler):
+class Infill(_Stateless):
     """llama_sampler_init_infill(vocab): fill-in-the-middle filtering (EOG vs text mass, merging
     candidates whose piece is a prefix of another's, two probability thresholds). ``vocab`` needs
     ``is_eog(id)``, ``token_to_piece(id) -> bytes`` (special=false), ``token_eot()``, ``token_eos()``
@@ -790,6 +1005,7 @@ class Infill(Sampler):
         self.vocab = vocab
 
     def apply(self, c: Candidates) -> None:
+        """Apply this sampler to the candidate window in place (behaviour: the class docstring)."""
         softmax(c, True)
         v = c.view()
         ids = [int(t) for t in v["id"]]

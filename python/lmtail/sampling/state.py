@@ -19,6 +19,8 @@ from .rng import Mt19937
 
 @dataclass
 class AdaptiveState:
+    """adaptive-p's engine and its EMA (weighted sum, total weight)."""
+
     rng: Mt19937
     weighted_sum: float
     total_weight: float
@@ -43,26 +45,31 @@ class RequestSamplerState:
 
     @property
     def distribution_rng(self) -> Mt19937 | None:
+        """dist's engine (the stream speculative.verify draws from), or None."""
         s = self._first(S.Dist)
         return s.rng if s else None
 
     @property
     def xtc_rng(self) -> Mt19937 | None:
+        """XTC's engine, or None."""
         s = self._first(S.XTC)
         return s.rng if s else None
 
     @property
     def mirostat_rng(self) -> Mt19937 | None:
+        """mirostat's (v1 or v2) engine, or None."""
         s = self._first((S.Mirostat, S.MirostatV2))
         return s.rng if s else None
 
     @property
     def mirostat_mu(self) -> float | None:
+        """mirostat's current mu, or None."""
         s = self._first((S.Mirostat, S.MirostatV2))
         return float(s.mu) if s else None
 
     @property
     def adaptive(self) -> AdaptiveState | None:
+        """adaptive-p's engine and EMA (a copy of the EMA values), or None."""
         s = self._first(S.AdaptiveP)
         return AdaptiveState(s.rng, float(s.weighted_sum), float(s.total_weight)) if s else None
 
@@ -80,9 +87,11 @@ class RequestSamplerState:
         return out
 
     def snapshot(self) -> bytes:
+        """The chain's full state as bytes (``Chain.snapshot``)."""
         return self.chain.snapshot()
 
     def restore(self, blob: bytes) -> None:
+        """Restore ``snapshot()`` bytes (``Chain.restore``: validated first, all-or-nothing)."""
         if not isinstance(blob, (bytes, bytearray)):
             raise ParameterError(f"RequestSamplerState.restore: expected bytes; found {type(blob).__name__}")
         self.chain.restore(blob)

@@ -15,9 +15,11 @@ whole row (4 bytes x n_vocab). That is exact -- same token, same RNG state as th
   bucket sort are not stable), so a tie there or at the boundary cannot be resolved from k
   candidates.
 
-The candidates must come in canonical order (value descending, id ascending), as ``Head.topk``
-returns them; the sampler then works on them in id order, the relative order they have in a whole
-row, so array-order rules (greedy's first maximum, logit-bias application) agree.
+The candidates must be the row's top m in canonical order (value descending, id ascending among
+equal values), as ``Head.topk`` returns them; the order (and ids, finiteness) is checked, being a
+row's top m only when the row is read (a fallback). The sampler works on them in id order, the
+relative order they have in a whole row, so array-order rules (greedy's first maximum, logit-bias
+application) agree.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class RoutePlan:
     penalty_last_n: int  # tokens a repetition penalty can lower (its last_n), 0 if none
 
     def needed(self, suppressed: Iterable[int] = ()) -> int:
+        """Candidates the chain needs: k + lowered tokens (+ ``suppressed``) + penalty window."""
         return self.k + len(self.bias_tokens | frozenset(int(t) for t in suppressed)) + self.penalty_last_n
 
 
@@ -265,66 +268,125 @@ def _apply_bias_full_row_rule(bias: S.LogitBias, c: Candidates) -> None:
                 logit[pos] = f32(logit[pos] + b)
 
 
+def _check_candidates(ids: np.ndarray, values: np.ndarray, what: str) -> tuple:
+    """(ids int64, values float32) of one or more rows (last axis) of candidates; ParameterError
+    unless integer ids >= 0 and finite values come in canonical order (value non-increasing, ids
+    strictly increasing among equal values) with no id twice."""
+    if ids.dtype.kind not in "iu" or values.dtype.kind != "f":
+        raise ParameterError(f"{what}: expected integer ids and float values; found {ids.dtype} and {values.dtype}")
+    v = values.astype(np.float32, copy=False)  # the precision the samplers see (ties included)
+    i = ids.astype(np.int64, copy=False)
+    if not np.isfinite(v).all():
+        raise ParameterError(f"{what}: candidate values must be finite (a head's top-k never holds NaN/inf)")
+    if i.size and i.min() < 0:
+        raise ParameterError(f"{what}: token ids must be >= 0; found {int(i.min())}")
+    lower = v[..., 1:] > v[..., :-1]
+    tie = (v[..., 1:] == v[..., :-1]) & (i[..., 1:] <= i[..., :-1])
+    if lower.any() or tie.any():
+        bad = np.argwhere(lower | tie)[0]
+        raise ParameterError(f"{what}: candidates are not in canonical order (value descending, id ascending "
+                             f"among equal values) at position {int(bad[-1]) + 1}{f' of row {int(bad[0])}' if v.ndim > 1 else ''}"
+                             f" -- pass Head.topk's output unchanged")
+    srt = np.sort(i, axis=-1)
+    if (srt[..., 1:] == srt[..., :-1]).any():
+        raise ParameterError(f"{what}: a token id appears twice among the candidates")
+    return i, v
+
+
+def _check_top_m(row: np.ndarray, ids: np.ndarray, v: np.ndarray) -> None:
+    # Exactly the row's top m in canonical order: the values are the row's, no other token lies
+    # above the smallest, and the tokens tied with it are the lowest ids holding that value.
+    if ids.max() >= len(row) or not np.array_equal(row[ids], v):
+        raise ParameterError("candidates: the values are not the row's logits at those ids")
+    vmin = v[-1]
+    if np.count_nonzero(row > vmin) != np.count_nonzero(v > vmin):
+        raise ParameterError("candidates: they are not the row's top m (a larger logit is missing)")
+    at = ids[v == vmin]
+    if not np.array_equal(np.flatnonzero(row == vmin)[:len(at)], at):
+        raise ParameterError("candidates: among tokens tied at the smallest value they are not the lowest ids")
+
+
 def sample_topk(chain: Chain, ids: np.ndarray, values: np.ndarray,
-                row: Optional[Callable[[], np.ndarray]] = None, *, suppressed: Iterable[int] = ()) -> int:
+                row: Optional[Callable[[], np.ndarray]] = None, *, suppressed: Iterable[int] = (),
+                _checked: bool = False) -> int:
     """The token ``chain.sample(whole_row)`` would return, from top candidates of that row.
 
     ``ids``/``values``: the row's m largest logits in canonical order (value descending, id
-    ascending), m >= ``topk_needed(chain) + 1`` (``Head.topk(hidden, k + 1)``). ``row()`` returns
-    the whole row; it is called only on a fallback (a tie that could reach the sampled set, too
-    few candidates, or a chain that needs the whole row). The chain's RNG streams advance exactly
-    as on the whole row; the token is not accepted (call ``chain.accept``).
+    ascending among equal values), m >= ``topk_needed(chain) + 1`` (``Head.topk(hidden, k + 1)``
+    returns exactly this). ``row()`` returns the whole row; it is called only on a fallback (a tie
+    that could reach the sampled set, too few candidates, or a chain that needs the whole row).
+    The chain's RNG streams advance exactly as on the whole row; the token is not accepted (call
+    ``chain.accept``).
+
+    Preconditions. Checked (ParameterError): integer ids in [0, n_vocab), each at most once;
+    finite values; canonical order. Not checkable without the row: that the candidates *are* the
+    row's top m -- other candidates can give a token the whole row would not. Whenever the row is
+    read on a fallback it is checked too (values equal the row's at those ids, nothing larger
+    outside, ties at the smallest value resolved to the lowest ids), and a violation raises.
+
+    All-or-nothing: on any error the chain's state (RNG streams) is as before the call.
     """
     ids = np.asarray(ids)
     values = np.asarray(values)
     if ids.ndim != 1 or values.shape != ids.shape or len(ids) == 0:
         raise ParameterError(f"candidates: expected equal-length 1-D ids and values; found {ids.shape} and {values.shape}")
+    if not _checked:
+        ids, values = _check_candidates(ids, values, "candidates")
+    if ids.max() >= chain.n_vocab:
+        raise ParameterError(f"candidates: token ids must lie in [0, {chain.n_vocab}); found {int(ids.max())}")
     m = len(ids)
     plan = _chain_plan(chain)
 
-    def whole(stat: str) -> int:
+    def whole(stat: str, check: bool = False) -> int:
         if row is None:
             raise ParameterError("sample_topk: the candidates cannot decide this row exactly and no whole-row "
                                  "fetch (row=) was given")
+        r = chain.check_logits(row())
+        if check:
+            _check_top_m(r, ids, values)
+        tok = chain.sample(r)
         setattr(STATS, stat, getattr(STATS, stat) + 1)
-        return chain.sample(row())
+        return tok
 
     if plan is None:
         return whole("whole")
     if m < plan.needed(suppressed) + 1 and m < chain.n_vocab:
         return whole("whole")
-    if np.any(ids >= chain.n_vocab) or np.any(ids < 0):
-        raise ParameterError(f"candidates: token ids must lie in [0, {chain.n_vocab})")
     order = np.argsort(ids, kind="stable")
     buf = np.empty(m, TOKEN_DATA)
     buf["id"] = ids[order]
     buf["logit"] = values[order]
     buf["p"] = 0.0
     c = Candidates(buf, m)
-    for s in chain.samplers[:plan.index]:
-        if isinstance(s, S.LogitBias):
-            _apply_bias_full_row_rule(s, c)
-        else:
+    saved = chain._save("apply")
+    try:
+        for s in chain.samplers[:plan.index]:
+            if isinstance(s, S.LogitBias):
+                _apply_bias_full_row_rule(s, c)
+            else:
+                s.apply(c)
+        # Exactness check on the logits the truncating sampler will see. Every unseen token's
+        # logit is <= the smallest candidate's (it can only have been lowered), so the chain's top
+        # k is decided iff its k-th value is strictly above that bound, strictly above the (k+1)-th
+        # candidate, and the kept values are pairwise distinct (their order is then unique).
+        mod = np.sort(c.view()["logit"])[::-1]
+        kk = min(plan.k, m)
+        theta = mod[kk - 1]
+        ok = bool(np.all(mod[:kk - 1] > mod[1:kk]))
+        if ok and kk < m:
+            ok = bool(theta > mod[kk])
+        if ok and m < chain.n_vocab:
+            ok = bool(theta > values.min())
+        if not ok:
+            return whole("fallback", check=True)
+        for s in chain.samplers[plan.index:]:
             s.apply(c)
-    # Exactness check on the logits the truncating sampler will see. Every unseen token's logit is
-    # <= the smallest candidate's (it can only have been lowered), so the chain's top k is decided
-    # iff its k-th value is strictly above that bound, strictly above the (k+1)-th candidate, and
-    # the kept values are pairwise distinct (their order is then unique, whatever sort is used).
-    mod = np.sort(c.view()["logit"])[::-1]
-    kk = min(plan.k, m)
-    theta = mod[kk - 1]
-    ok = bool(np.all(mod[:kk - 1] > mod[1:kk]))
-    if ok and kk < m:
-        ok = bool(theta > mod[kk])
-    if ok and m < chain.n_vocab:
-        ok = bool(theta > values.min())
-    if not ok:
-        return whole("fallback")
-    for s in chain.samplers[plan.index:]:
-        s.apply(c)
+        if not 0 <= c.selected < c.size:
+            raise S.SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size})")
+    except BaseException:
+        chain._load(saved)
+        raise
     chain.last = c
-    if not 0 <= c.selected < c.size:
-        raise S.SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size})")
     STATS.topk += 1
     return int(c.buf["id"][c.offset + c.selected])
 
@@ -332,35 +394,59 @@ def sample_topk(chain: Chain, ids: np.ndarray, values: np.ndarray,
 class TopKRows:
     """T rows of top candidates (``Head.topk(hidden, k + 1)``) plus a whole-row fetch (``Head.row``).
 
-    ``row(t)`` is only called when a row cannot be decided from its candidates (a fallback) or
-    needs the whole distribution (a grammar that constrains the token).
+    ``ids``/``values``: (T, m) arrays, each row the m largest logits of its row in canonical order
+    (value descending, id ascending among equal values) -- exactly what ``Head.topk`` returns.
+    Integer ids, each at most once per row, finite values and the order are checked here
+    (ParameterError); that each row really is its row's top m cannot be checked without reading
+    the rows, which is what the route avoids: it is checked on every fallback, when ``row(t)`` is
+    read anyway (see :func:`sample_topk`). ``row(t)`` is only called when a row cannot be decided
+    from its candidates (a fallback) or needs the whole distribution (a grammar that constrains the
+    token).
     """
 
     def __init__(self, ids: np.ndarray, values: np.ndarray, row: Optional[Callable[[int], np.ndarray]] = None):
         ids = np.asarray(ids)
         values = np.asarray(values)
-        if ids.ndim != 2 or values.shape != ids.shape:
-            raise ParameterError(f"TopKRows: expected (T, m) ids and values of one shape; found {ids.shape} and {values.shape}")
-        self.ids = ids
-        self.values = values
+        if ids.ndim != 2 or values.shape != ids.shape or ids.shape[1] == 0:
+            raise ParameterError(f"TopKRows: expected (T, m) ids and values of one shape, m >= 1; found "
+                                 f"{ids.shape} and {values.shape}")
+        if row is not None and not callable(row):
+            raise ParameterError(f"TopKRows: row must be a callable row(t) -> logits; found {type(row).__name__}")
+        self.ids, self.values = _check_candidates(ids, values, "TopKRows")
         self._row = row
 
     def __len__(self) -> int:
+        """T, the number of rows."""
         return int(self.ids.shape[0])
 
     def row(self, t: int) -> np.ndarray:
+        """Row t's whole logits (through the ``row`` callable; ParameterError without one)."""
         if self._row is None:
             raise ParameterError("TopKRows: no whole-row fetch was given (row=)")
         return self._row(t)
 
+    def _index(self, t) -> int:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral) or not 0 <= int(t) < len(self):
+            raise ParameterError(f"TopKRows: row index must be an integer in [0, {len(self)}); found {t!r}")
+        return int(t)
+
     def sample(self, chain: Chain, t: int, grammar=None, grammar_first: bool = False) -> int:
-        """Row t's token as ``common_sample(chain, whole_row_t, grammar, grammar_first)`` returns it."""
+        """Row t's token as ``common_sample(chain, whole_row_t, grammar, grammar_first)`` returns it
+        (not accepted). All-or-nothing: on an error the chain's state is as before."""
+        t = self._index(t)
         if _grammar_constrains(grammar):
             from ..grammar.sampling import common_sample
 
+            saved = chain._save("apply")  # common_sample may run the chain twice
+            try:
+                tok = common_sample(chain, self.row(t), grammar, grammar_first)
+            except BaseException:
+                chain._load(saved)
+                raise
             STATS.whole += 1
-            return common_sample(chain, self.row(t), grammar, grammar_first)
-        return sample_topk(chain, self.ids[t], self.values[t], (lambda: self.row(t)) if self._row else None)
+            return tok
+        return sample_topk(chain, self.ids[t], self.values[t], (lambda: self.row(t)) if self._row else None,
+                           _checked=True)
 
 
 __all__ = ["topk_needed", "batch_topk_needed", "route_plan", "RoutePlan", "sample_topk", "TopKRows", "STATS"]
