@@ -412,3 +412,25 @@ def test_unknown_sampler_names_list_the_valid_ones():
         common_chain(10, samplers="kz")
     with pytest.raises(ParameterError):
         common_chain(10, samplers=[3])
+
+
+def test_common_sample_resample_is_all_or_nothing():
+    # The first draw is rejected by the grammar, then the mask for the resample fails: the chain must
+    # be as before the call (llama.cpp's double draw happens only when the call completes).
+    from lmtail.grammar import common_sample
+
+    V = 96
+    row = rows_saying("a", V)[0]
+
+    class FailingResample:
+        def allows(self, t):
+            return False
+
+        def mask(self):
+            raise GrammarError("mask failed")
+
+    a, b = pair(V)
+    with pytest.raises(GrammarError):
+        common_sample(a, row, FailingResample())
+    assert a.snapshot() == b.snapshot()
+    assert_same_future(a, b, V)

@@ -52,17 +52,20 @@ def common_sample(chain, logits: np.ndarray, grammar=None, grammar_first: bool =
     if grammar is None:
         return chain.sample(logits)
     logits = chain.check_logits(logits)
-    c = Candidates.from_logits(logits)
-    if grammar_first:
+    # Two chain runs and a grammar check: all-or-nothing, so a failure in the resample (a grammar
+    # that raises, a chain that selects nothing) leaves no half-consumed RNG or moved mu behind.
+    with chain.atomic():
+        c = Candidates.from_logits(logits)
+        if grammar_first:
+            _mask_candidates(c, grammar)
+        chain.apply_candidates(c)
+        tok = _selected(chain, c)
+        if grammar_first or grammar.allows(tok):
+            return tok
+        c = Candidates.from_logits(logits)
         _mask_candidates(c, grammar)
-    chain.apply_candidates(c)
-    tok = _selected(chain, c)
-    if grammar_first or grammar.allows(tok):
-        return tok
-    c = Candidates.from_logits(logits)
-    _mask_candidates(c, grammar)
-    chain.apply_candidates(c)
-    return _selected(chain, c)
+        chain.apply_candidates(c)
+        return _selected(chain, c)
 
 
 def _selected(chain, c) -> int:
