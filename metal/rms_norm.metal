@@ -3,6 +3,7 @@
 //   ss    = sum of x_i * x_i: float partials per lane (strided), simd_sum per SIMD-group, then
 //           the SIMD-group partials in order (the CPU sums in double: compare with a bound)
 //   scale = 1 / sqrt(ss / cols + eps);   y_i = (x_i * scale) * gamma_i
+//   (ss / cols non-finite: scale = NaN, the whole row NaN; see below)
 #include <metal_stdlib>
 
 #include "lmtail/kernel_abi.h"
@@ -33,7 +34,13 @@ kernel void rms_norm_f32(
     threadgroup_barrier(mem_flags::mem_threadgroup);
     float total = 0.0f;
     for (uint j = 0u; j < nsg; ++j) total = total + partial[j];
-    const float scale = 1.0f / sqrt(total / float(args.cols) + args.eps);
+    // A sum of squares that overflowed (inf: a finite row of huge values) would give scale 0 and
+    // an all-zero row that every later check takes for valid logits (greedy token 0). Poison
+    // the row with NaN instead: the fail-closed latches downstream (and the host's check in
+    // csrc/metal/rms_norm.cpp) then refuse it. Exponent-bit test: immune to fast-math.
+    const float mean = total / float(args.cols);
+    const bool overflow = (as_type<uint>(mean) & 0x7F800000u) == 0x7F800000u;
+    const float scale = overflow ? as_type<float>(0x7FC00000u) : 1.0f / sqrt(mean + args.eps);
     for (uint i = lid; i < args.cols; i += nth) {
         const float v = xr[i] * scale;
         yr[i] = args.has_gamma != 0u ? v * gamma[i] : v;

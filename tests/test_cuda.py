@@ -195,33 +195,60 @@ def test_routes_count_bytes_and_row_on_the_device():
         b.accept(tb)
 
 
-def test_route_a_lands_in_pinned_memory_and_is_refilled_in_place():
-    # Route A's D2H copy targets page-locked staging rows; the published buffer the caller sees
-    # is refilled in place (same address) call after call, and growing T reallocates both.
+def test_route_a_lands_in_pinned_memory_and_results_are_fresh():
+    # Route A's D2H copy targets the calling thread's page-locked staging rows (the same rows call
+    # after call); what the caller gets is a fresh array (or its out= buffer), never those rows,
+    # and growing T reallocates them, still pinned.
     from lmtail import _core
 
     q = q5k_matrix(3000, 512, seed=5)
     head = lmtail.Head(q, None, logit_scale=0.5, softcap=10.0, backend="cuda", max_tokens=2)
     cpu = lmtail.Head(q, None, logit_scale=0.5, softcap=10.0, precision="f32")
-    assert _core.cuda.host_memory_kind(head._staging) == "pinned"
+    assert _core.cuda.host_memory_kind(head._tls.staging) == "pinned"
     assert _core.cuda.host_memory_kind(np.empty(1024, np.float32)) == "pageable"
     rng = np.random.default_rng(6)
     h1, h2 = (rng.standard_normal((2, 2, 512)) * 3).astype(np.float32)
     v1 = head.logits(h1)
-    addr = (v1.ctypes.data, head._staging.ctypes.data)
-    want1 = cpu.logits(h1).copy()
+    addr = head._tls.staging.ctypes.data
+    want1 = cpu.logits(h1)
     assert np.linalg.norm(v1 - want1) <= MATVEC_REL * np.linalg.norm(want1)
-    v2 = head.logits(h2)
-    assert (v2.ctypes.data, head._staging.ctypes.data) == addr
-    assert np.array_equal(v1, v2)  # the same rows, refilled
+    keep = v1.copy()
+    out = np.empty((2, 3000), np.float32)
+    v2 = head.logits(h2, out=out)
+    assert v2 is out and head._tls.staging.ctypes.data == addr
+    assert np.array_equal(v1, keep) and not np.shares_memory(v1, v2)  # v1 was not refilled
     want2 = cpu.logits(h2)
     assert np.linalg.norm(v2 - want2) <= MATVEC_REL * np.linalg.norm(want2)
     head.logits(np.concatenate([h1, h2]))  # T = 4 > max_tokens: new buffers, still pinned
-    assert _core.cuda.host_memory_kind(head._staging) == "pinned"
+    assert _core.cuda.host_memory_kind(head._tls.staging) == "pinned"
     pinned = _core.cuda.pinned_empty(3, 5)
     assert pinned.shape == (3, 5) and pinned.dtype == np.float32 and pinned.flags.writeable
     with pytest.raises(lmtail.ParameterError):
         _core.cuda.pinned_empty(-1, 5)
+
+
+def test_norm_overflow_fails_closed_on_the_device():
+    # issue 18 item 1: one huge finite hidden value overflows the mean of squares; the kernel
+    # poisons the row with NaN (it would otherwise normalise to zeros: every logit 0, greedy 0),
+    # so every route's latch refuses it, and the host names the overflow.
+    q = q5k_matrix(2000, 512, seed=8)
+    g = np.random.default_rng(1).uniform(0.5, 1.5, 512).astype(np.float32)
+    for cap in (15.0, 0.0):
+        head = lmtail.Head(q, g, logit_scale=0.25, softcap=cap, backend="cuda")
+        h = (np.random.default_rng(2).standard_normal((3, 512)) * 2).astype(np.float32)
+        ok = head.greedy(h)
+        for v in (1e21, 3e38, -2e19):
+            bad = h.copy()
+            bad[1, 40] = v
+            for route in (lambda: head.greedy(bad), lambda: head.topk(bad, 5), lambda: head.logits(bad)):
+                with pytest.raises(lmtail.NonFiniteLogitsError, match="overflowed"):
+                    route()
+            with pytest.raises(lmtail.NonFiniteLogitsError, match="row 1"):
+                ops.rms_norm(bad, g, backend="cuda")
+        assert np.array_equal(head.greedy(h), ok)  # the head still works
+        big = h.copy()
+        big[1, 40] = 1e18  # squares finite: no overflow, same result as the CPU
+        assert np.allclose(ops.rms_norm(big, g, backend="cuda"), ops.rms_norm(big, g), rtol=1e-6, atol=1e-7)
 
 
 def test_bindings_reject_wrong_operands():

@@ -112,3 +112,29 @@ def test_layer_norm_close_to_ggml_norm():
     theirs = graph.norm_mul(x, g, eps=1e-5)
     # ggml sums in float in its SIMD lane order; the two agree to a few ulps of the result.
     assert np.allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", [ops.rms_norm, ops.layer_norm])
+def test_norm_overflow_raises_and_other_rows_keep_their_bytes(op):
+    # A finite row whose squares overflow float would normalise to all zeros (ggml's bytes):
+    # the op raises NonFiniteLogitsError naming the row instead (issue 18 item 1).
+    x = (np.random.default_rng(5).standard_normal((3, 512)) * 3).astype(np.float32)
+    g = np.random.default_rng(6).uniform(0.5, 1.5, 512).astype(np.float32)
+    want = op(x, g)
+    for v in (1e21, 3e38, -3e38, 2e19):
+        bad = x.copy()
+        bad[2, 17] = v
+        with pytest.raises(lmtail.NonFiniteLogitsError, match=r"row 2.*overflowed"):
+            op(bad, g)
+    big = x.copy()
+    big[2, 17] = 1e18  # squares finite: no overflow, a normal result
+    assert np.isfinite(op(big, g)).all()
+    assert np.array_equal(bits(op(x, g)), bits(want))
+    # all-zero (or constant) row with eps = 0: 1/sqrt(0) is infinite -> refused too
+    with pytest.raises(lmtail.NonFiniteLogitsError, match="is 0"):
+        op(np.zeros((1, 256), np.float32), None, eps=0.0)
+    assert np.all(op(np.zeros((1, 256), np.float32), None) == 0.0)  # eps > 0: zeros, as before
+    # rows that already hold NaN/Inf propagate (the caller's finite checks own them)
+    nan = x.copy()
+    nan[0, 1] = np.nan
+    assert np.isnan(op(nan, g)[0]).all() and np.array_equal(bits(op(nan, g)[1:]), bits(want[1:]))

@@ -30,17 +30,22 @@ def test_cpp_program_builds_against_installed_package(tmp_path):
     subprocess.run([cmake, "--build", str(build)], check=True, capture_output=True, text=True)
     exe = build / "embed_example"
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
-    # Same computation through Python must agree.
+    # Same computation through Python must agree: lmtail.Head on the CPU binds the same lmt::Head.
     w = np.array([[0.01 * ((r * 7 + c) % 13) * (2.0 if r == 3 else 1.0) for c in range(256)] for r in range(5)],
                  np.float32)
-    # The embed example uses the C++ API's default precision, f32 (also the Python default).
-    head = lmtail.Head(lmtail.quantize_q5_k(w), None, logit_scale=0.5, softcap=20.0, precision="f32")
-    x = lmtail.ops.rms_norm(np.ones(256, np.float32), None)
+    gamma = np.array([1.0 + 0.125 * (c % 4) for c in range(256)], np.float32)
+    x = np.array([0.5 * (c % 7) - 1.0 for c in range(256)], np.float32)
+    # The example uses the C++ API's default precision, i24 (also the Python CPU default).
+    head = lmtail.Head(lmtail.quantize_q5_k(w), gamma, logit_scale=0.5, softcap=20.0, eps=1e-5)
+    assert head.precision == "i24"
     assert out[0] == f"greedy {int(head.greedy(x)[0])}"
     assert out[1] == f"greedy_excl {int(head.greedy(x, exclude=[3])[0])}"
     ids, _ = head.topk(x, 3)
     assert out[2] == "topk " + " ".join(str(int(i)) for i in ids[0])
-    assert out[3] == "error ok"
+    assert out[3] == "logits " + " ".join(f"{b:08x}" for b in head.logits(x)[0].view(np.uint32))
+    assert out[4] == "overflow refused untouched"
+    assert out[5] == "error ok 2"
+    assert out[6] == f"threads agree {int(head.greedy(x)[0])}"
     # The C++-level SIMD parity check (the same program tools/check_neon_qemu.sh runs on arm64).
     r = subprocess.run([str(build / "isa_parity")], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -20,14 +20,52 @@ namespace [[gnu::visibility("hidden")]] bind {
 
 namespace py = pybind11;
 
+// A wrong dtype (or byte order) in a binding argument: mapped to lmtail.errors.DTypeError.
+class DTypeError : public lmt::ArgumentError {
+  public:
+    using lmt::ArgumentError::ArgumentError;
+};
+
+// The array's data is aligned for its dtype (np.frombuffer at an odd offset is not).
+inline bool is_aligned(const py::array &a) { return (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) != 0; }
+
+inline bool host_little_endian() {
+    const uint16_t one = 1;
+    return *reinterpret_cast<const uint8_t *>(&one) == 1;
+}
+
+// True when `d` holds T values in the host's byte order. Compared by kind and item size, not by
+// identity: dtype objects are not singletons (an array over a ctypes buffer, e.g. llama-cpp-
+// python's logits, carries its own '<f4' instance), and pybind11's dtype::is() compares pointers.
+template <typename T>
+bool dtype_matches(const py::dtype &d) {
+    const py::dtype want = py::dtype::of<T>();
+    if (d.kind() != want.kind() || d.itemsize() != want.itemsize() || d.has_fields()) return false;
+    const char bo = d.byteorder();
+    return bo == '=' || bo == '|' || (bo == '<') == host_little_endian();
+}
+
+// Throws DTypeError unless `a` has T's dtype in native byte order (naming a byte-swapped one).
+template <typename T>
+void check_dtype(const py::array &a, const char *name) {
+    if (dtype_matches<T>(a.dtype())) return;
+    const py::dtype want = py::dtype::of<T>();
+    const std::string found = std::string(py::str(a.dtype().attr("str")));
+    if (a.dtype().kind() == want.kind() && a.dtype().itemsize() == want.itemsize() && !a.dtype().has_fields())
+        throw DTypeError(std::string(name) + ": expected " + std::string(py::str(want)) +
+                         " in the machine's byte order; found byte-swapped '" + found +
+                         "' (convert with .astype(np." + std::string(py::str(want)) + "))");
+    throw DTypeError(std::string(name) + ": expected dtype " + std::string(py::str(want)) + "; found " +
+                     std::string(py::str(a.dtype())) + " ('" + found + "')");
+}
+
 // Raw pointer into a numpy array after checking dtype, C-contiguity and (optionally) writability.
 template <typename T>
 T *data_of(const py::array &a, const char *name, bool writable) {
-    if (!a.dtype().is(py::dtype::of<T>()))
-        throw py::type_error(std::string(name) + ": expected dtype " + std::string(py::str(py::dtype::of<T>())) +
-                             ", found " + std::string(py::str(a.dtype())));
-    if (!(a.flags() & py::array::c_style)) throw py::type_error(std::string(name) + ": expected a C-contiguous array");
-    if (writable && !a.writeable()) throw py::type_error(std::string(name) + ": expected a writable array");
+    check_dtype<T>(a, name);
+    if (!(a.flags() & py::array::c_style)) throw DTypeError(std::string(name) + ": expected a C-contiguous array");
+    if (!lmt::bind::is_aligned(a)) throw DTypeError(std::string(name) + ": expected an aligned array");
+    if (writable && !a.writeable()) throw lmt::ArgumentError(std::string(name) + ": expected a writable array");
     return static_cast<T *>(const_cast<void *>(a.data()));
 }
 

@@ -34,7 +34,7 @@ struct MatvecIn {
 };
 inline MatvecIn matvec_in(const py::array &w, int64_t cols, const py::array &x, const std::string &isa) {
     check_isa(isa);
-    if (w.ndim() != 2 || !w.dtype().is(py::dtype::of<uint8_t>()) || w.strides(1) != 1 || w.strides(0) < 0)
+    if (w.ndim() != 2 || !lmt::bind::dtype_matches<uint8_t>(w.dtype()) || w.strides(1) != 1 || w.strides(0) < 0)
         throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
     if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
     const int64_t rows = (int64_t)w.shape(0), row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
@@ -166,7 +166,7 @@ inline void bind_ops(py::module_ &e) {
         [](const py::array &w, int64_t cols, const py::object &gamma, const py::array &hidden, float eps, float scale,
            float cap, const py::array &excluded, py::object logits_out, bool raw, const py::object &embed,
            bool logits_view) {
-            if (w.ndim() != 2 || !w.dtype().is(py::dtype::of<uint8_t>()) || w.strides(1) != 1)
+            if (w.ndim() != 2 || !lmt::bind::dtype_matches<uint8_t>(w.dtype()) || w.strides(1) != 1)
                 throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
             be::HeadArgs a;
             a.rows = (int64_t)w.shape(0);

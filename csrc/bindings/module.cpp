@@ -8,10 +8,13 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <memory>
+#include <new>
 #include <string>
 
 #include "bindings/array_args.hpp"
 #include "lmtail/cpu.hpp"
+#include "lmtail/head.hpp"
 
 namespace py = pybind11;
 using lmt::bind::data_of;
@@ -29,6 +32,131 @@ lmt::cpu::Precision parse_precision(const std::string &s) {
     throw lmt::ArgumentError("precision: expected 'f32', 'i16' or 'i24'; found '" + s + "'");
 }
 
+// lmtail._core.CpuHead: lmt::Head (lmtail/head.hpp) for lmtail.Head(backend="cpu"). It holds a
+// reference to the weight array (the Head reads that memory without copying it). Every compute
+// method takes the calling thread's scratch (normed: >= T*cols floats or None without a norm;
+// staging: >= T*rows floats) and returns the stage timings (norm, head, cap, select) in seconds.
+struct PyCpuHead {
+    py::object weight_ref;
+    std::unique_ptr<lmt::Head> head;
+};
+
+lmt::HeadWorkspace workspace_of(const lmt::Head &h, const py::object &normed, py::array &staging) {
+    float *np_ = nullptr;
+    size_t nn = 0;
+    if (!normed.is_none()) {
+        py::array na = normed.cast<py::array>();
+        np_ = data_of<float>(na, "normed", true);
+        nn = (size_t)na.size();
+    } else if (h.norm() != lmt::NormKind::None) {
+        throw lmt::ArgumentError("normed: this head has a norm; pass its scratch rows");
+    }
+    float *sp = data_of<float>(staging, "staging", true);
+    return lmt::HeadWorkspace(np_, nn, sp, (size_t)staging.size());
+}
+
+int64_t hidden_rows(const lmt::Head &h, const py::array &hidden) {
+    const int64_t T = dim(hidden, 0, "hidden");
+    expect_shape(hidden, "hidden", {T, h.cols()});
+    return T;
+}
+
+py::tuple timings_of(const lmt::HeadWorkspace &ws) {
+    const lmt::HeadTimings &t = ws.timings();
+    return py::make_tuple(t.norm, t.head, t.cap, t.select);
+}
+
+void bind_cpu_head(py::module_ &m) {
+    py::class_<PyCpuHead>(m, "CpuHead", "lmt::Head: the fail-closed CPU tail (used by lmtail.Head).")
+        .def(py::init([](const py::array &w, int64_t cols, const py::object &gamma, const std::string &norm, float eps,
+                         float logit_scale, float softcap, const std::string &precision, int threads, int weight_type) {
+                 if (w.ndim() != 2) throw lmt::ArgumentError("weight: expected 2-D (rows, row_bytes)");
+                 lmt::bind::check_dtype<uint8_t>(w, "weight");
+                 if (w.strides(1) != 1 || w.strides(0) < 0)
+                     throw lmt::bind::DTypeError("weight: rows must be contiguous bytes");
+                 lmt::HeadOptions o;
+                 if (norm == "none") o.norm = lmt::NormKind::None;
+                 else if (norm == "rms") o.norm = lmt::NormKind::Rms;
+                 else if (norm == "layer") o.norm = lmt::NormKind::Layer;
+                 else throw lmt::ArgumentError("norm: expected 'none', 'rms' or 'layer'; found '" + norm + "'");
+                 py::array g;
+                 if (!gamma.is_none()) {
+                     g = gamma.cast<py::array>();
+                     expect_shape(g, "gamma", {cols});
+                     o.gamma = data_of<float>(g, "gamma", false);
+                 }
+                 o.eps = eps;
+                 o.logit_scale = logit_scale;
+                 o.softcap = softcap;
+                 o.precision = parse_precision(precision);
+                 o.threads = threads;
+                 const int64_t rows = (int64_t)w.shape(0);
+                 const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)w.shape(1);
+                 if ((int64_t)w.shape(1) != cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES || cols % LMT_QK_K)
+                     throw lmt::ArgumentError("weight: " + std::to_string(w.shape(1)) + " bytes per row do not hold " +
+                                              std::to_string(cols) + " Q5_K columns");
+                 auto h = std::make_unique<lmt::Head>(w.data(), static_cast<lmt::WeightType>(weight_type), rows, cols,
+                                                      stride, o);
+                 return PyCpuHead{py::reinterpret_borrow<py::object>(w), std::move(h)};
+             }),
+             py::arg("weight"), py::arg("cols"), py::arg("gamma"), py::arg("norm"), py::arg("eps"),
+             py::arg("logit_scale"), py::arg("softcap"), py::arg("precision"), py::arg("threads"),
+             py::arg("weight_type") = (int)lmt::WeightType::Q5_K)
+        .def_property_readonly("rows", [](const PyCpuHead &h) { return h.head->rows(); })
+        .def_property_readonly("cols", [](const PyCpuHead &h) { return h.head->cols(); })
+        .def(
+            "logits",
+            [](const PyCpuHead &self, const py::array &hidden, py::array &out, const py::object &normed,
+               py::array &staging) {
+                const lmt::Head &h = *self.head;
+                const int64_t T = hidden_rows(h, hidden);
+                const float *hp = data_of<float>(hidden, "hidden", false);
+                float *op = lmt::bind::out_of<float>(out, "out", {T, h.rows()});
+                lmt::HeadWorkspace ws = workspace_of(h, normed, staging);
+                {
+                    py::gil_scoped_release nogil;
+                    h.logits(hp, T, op, ws);
+                }
+                return timings_of(ws);
+            },
+            py::arg("hidden"), py::arg("out"), py::arg("normed"), py::arg("staging"),
+            "Capped logits into out (written only when every check passed); the rows stay in staging.")
+        .def(
+            "greedy",
+            [](const PyCpuHead &self, const py::array &hidden, const py::array &excluded, py::array &out,
+               const py::object &normed, py::array &staging) {
+                const lmt::Head &h = *self.head;
+                const int64_t T = hidden_rows(h, hidden);
+                const float *hp = data_of<float>(hidden, "hidden", false);
+                uint32_t *op = lmt::bind::out_of<uint32_t>(out, "out", {T});
+                const lmt::bind::IdsArg e = lmt::bind::excluded_arg(excluded, h.rows());
+                lmt::HeadWorkspace ws = workspace_of(h, normed, staging);
+                {
+                    py::gil_scoped_release nogil;
+                    h.greedy(hp, T, op, ws, e.p, e.size);
+                }
+                return timings_of(ws);
+            },
+            py::arg("hidden"), py::arg("excluded"), py::arg("out"), py::arg("normed"), py::arg("staging"))
+        .def(
+            "topk",
+            [](const PyCpuHead &self, const py::array &hidden, int64_t k, py::array &ids, py::array &values,
+               const py::object &normed, py::array &staging) {
+                const lmt::Head &h = *self.head;
+                const int64_t T = hidden_rows(h, hidden);
+                const float *hp = data_of<float>(hidden, "hidden", false);
+                uint32_t *ip = lmt::bind::out_of<uint32_t>(ids, "ids", {T, k});
+                float *vp = lmt::bind::out_of<float>(values, "values", {T, k});
+                lmt::HeadWorkspace ws = workspace_of(h, normed, staging);
+                {
+                    py::gil_scoped_release nogil;
+                    h.topk(hp, T, k, ip, vp, ws);
+                }
+                return timings_of(ws);
+            },
+            py::arg("hidden"), py::arg("k"), py::arg("ids"), py::arg("values"), py::arg("normed"), py::arg("staging"));
+}
+
 }  // namespace
 
 void bind_sampling(py::module_ &m);  // csrc/bindings/sampling.cpp
@@ -43,6 +171,12 @@ PYBIND11_MODULE(_core, m) {
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
+        } catch (const std::bad_alloc &e) {
+            py::object cls = py::module_::import("lmtail.errors").attr("ResourceError");
+            PyErr_SetString(cls.ptr(), "out of memory (std::bad_alloc)");
+        } catch (const lmt::bind::DTypeError &e) {
+            py::object cls = py::module_::import("lmtail.errors").attr("DTypeError");
+            PyErr_SetString(cls.ptr(), e.what());
         } catch (const lmt::NonFiniteError &e) {
             py::object cls = py::module_::import("lmtail.errors").attr("NonFiniteLogitsError");
             PyErr_SetString(cls.ptr(), e.what());
@@ -64,7 +198,9 @@ PYBIND11_MODULE(_core, m) {
           py::arg("isa") = "auto", "SIMD path that `isa` resolves to on this CPU.");
     m.def("isa_available", [](const std::string &isa) { return lmt::cpu::isa_available(parse_isa(isa)); },
           py::arg("isa"));
-    m.def("default_threads", &lmt::cpu::default_threads);
+    m.def("default_threads", &lmt::cpu::default_threads,
+          "Threads a call with threads=0 uses: LMTAIL_NUM_THREADS if set, else the CPUs this process may use.");
+    m.attr("MAX_THREADS") = py::int_(lmt::kMaxThreads);
 
     // Row norms share one binding shape: x (T, cols), optional gamma (cols,), out (T, cols), eps.
     using NormFn = void (*)(const float *, const float *, float *, int64_t, int64_t, float);
@@ -86,8 +222,8 @@ PYBIND11_MODULE(_core, m) {
         [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa,
            const std::string &precision) {
             if (w.ndim() != 2) throw lmt::ArgumentError("w: expected 2-D (rows, row_bytes)");
-            if (!w.dtype().is(py::dtype::of<uint8_t>())) throw py::type_error("w: expected dtype uint8");
-            if (w.strides(1) != 1 || w.strides(0) < 0) throw py::type_error("w: rows must be contiguous bytes");
+            lmt::bind::check_dtype<uint8_t>(w, "w");
+            if (w.strides(1) != 1 || w.strides(0) < 0) throw lmt::bind::DTypeError("w: rows must be contiguous bytes");
             const int64_t rows = (int64_t)w.shape(0);
             if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
             const int64_t row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
@@ -203,6 +339,7 @@ PYBIND11_MODULE(_core, m) {
         },
         py::arg("src"), py::arg("dst"), py::arg("threads") = 0);
 
+    bind_cpu_head(m);
     bind_sampling(m);
     bind_metal(m);
     bind_metal_device(m);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/array_args.hpp"
 #include "core/thread_pool.hpp"
 #include "cpu/sampling.hpp"
 #include "cpu/speculative.hpp"
@@ -37,10 +38,13 @@ smp::TokenData *window(const py::array &buf, size_t offset, size_t size, bool wr
 
 template <typename T>
 const T *vec_of(const py::array &a, const char *name) {
-    if (!a.dtype().is(py::dtype::of<T>()) || a.ndim() != 1 || !(a.flags() & py::array::c_style))
-        throw lmt::ArgumentError(std::string(name) + ": expected a C-contiguous 1-D array of " +
+    if (!lmt::bind::dtype_matches<T>(a.dtype()) || a.ndim() != 1 || !(a.flags() & py::array::c_style) ||
+        !lmt::bind::is_aligned(a)) {
+        lmt::bind::check_dtype<T>(a, name);  // names a byte-swapped dtype precisely
+        throw lmt::ArgumentError(std::string(name) + ": expected a C-contiguous, aligned 1-D array of " +
                                  std::string(py::str(py::dtype::of<T>())) + "; found " +
                                  std::string(py::str(a.dtype())) + " with ndim " + std::to_string(a.ndim()));
+    }
     return static_cast<const T *>(a.data());
 }
 
@@ -75,18 +79,18 @@ void bind_sampling(py::module_ &m) {
               smp::TokenData *d = window(buf, off, n, false);
               py::gil_scoped_release nogil;
               return smp::greedy(d, n);
-          });
+          }, py::arg("buf"), py::arg("off"), py::arg("n"));
     m.def("sampling_temperature", [](py::array buf, size_t off, size_t n, float t) {
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::temperature(d, n, t);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("t"));
     m.def("sampling_sort", [](py::array buf, size_t off, size_t n, size_t npartial) {
         if (npartial > n) throw lmt::ArgumentError("sort: npartial exceeds the size");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::sort_desc_inplace(d, n, npartial);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("npartial"));
     m.def("sampling_bucket_sort", [](py::array buf, size_t off, size_t n, size_t npartial) {
         if (npartial > n || npartial == 0) throw lmt::ArgumentError("bucket sort: need 0 < npartial <= size");
         smp::TokenData *d = window(buf, off, n, false);
@@ -98,25 +102,25 @@ void bind_sampling(py::module_ &m) {
         py::array res(buf.dtype(), std::vector<py::ssize_t>{(py::ssize_t)out.size()});
         std::memcpy(res.mutable_data(), out.data(), out.size() * sizeof(smp::TokenData));
         return res;
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("npartial"));
     m.def("sampling_softmax", [](py::array buf, size_t off, size_t n, bool sorted) {
         need_nonempty(n, "softmax");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::softmax(d, n, sorted);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("sorted"));
     m.def("sampling_dist", [](py::array buf, size_t off, size_t n, bool sorted, double u) {
         if (n < 2) throw lmt::ArgumentError("dist kernel: needs at least 2 candidates");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         return smp::dist(d, n, sorted, u);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("sorted"), py::arg("u"));
     m.def("sampling_top_p", [](py::array buf, size_t off, size_t n, bool sorted, float p, size_t min_keep) {
         need_nonempty(n, "top_p");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         return smp::top_p(d, n, sorted, p, min_keep);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("sorted"), py::arg("p"), py::arg("min_keep"));
     m.def("sampling_min_p", [](py::array buf, size_t off, size_t n, bool sorted, float p, size_t min_keep) {
         need_nonempty(n, "min_p");
         smp::TokenData *d = window(buf, off, n);
@@ -126,39 +130,39 @@ void bind_sampling(py::module_ &m) {
             k = smp::min_p(d, n, &sorted, p, min_keep);
         }
         return py::make_tuple(k, sorted);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("sorted"), py::arg("p"), py::arg("min_keep"));
     m.def("sampling_typical", [](py::array buf, size_t off, size_t n, float p, size_t min_keep) {
         need_nonempty(n, "typical");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         return smp::typical(d, n, p, min_keep);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("p"), py::arg("min_keep"));
     m.def("sampling_temp_ext_dynamic", [](py::array buf, size_t off, size_t n, float t, float delta, float e) {
         if (n < 2) throw lmt::ArgumentError("temp_ext kernel: needs at least 2 candidates");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::temp_ext_dynamic(d, n, t, delta, e);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("t"), py::arg("delta"), py::arg("e"));
     m.def("sampling_xtc_shift", [](py::array buf, size_t off, size_t n, float threshold, size_t min_keep) {
         smp::TokenData *d = window(buf, off, n, false);
         return smp::xtc_shift(d, n, threshold, min_keep);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("threshold"), py::arg("min_keep"));
     m.def("sampling_top_n_sigma", [](py::array buf, size_t off, size_t n, float nsigma) {
         need_nonempty(n, "top_n_sigma");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::top_n_sigma(d, n, nsigma);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("nsigma"));
     m.def("sampling_mirostat_k", [](py::array buf, size_t off, size_t n, int32_t m_, int32_t n_vocab, float mu) {
         need_nonempty(n, "mirostat");
         smp::TokenData *d = window(buf, off, n, false);
         return smp::mirostat_k(d, n, m_, n_vocab, mu);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("m"), py::arg("n_vocab"), py::arg("mu"));
     m.def("sampling_mirostat_v2_cut", [](py::array buf, size_t off, size_t n, float mu) {
         smp::TokenData *d = window(buf, off, n, false);
         return smp::mirostat_v2_cut(d, n, mu);
-    });
-    m.def("sampling_mirostat_mu", &smp::mirostat_mu);
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("mu"));
+    m.def("sampling_mirostat_mu", &smp::mirostat_mu, py::arg("mu"), py::arg("eta"), py::arg("tau"), py::arg("p"));
     m.def("sampling_penalties", [](py::array buf, size_t off, size_t n, py::array counts, float repeat, float freq,
                                    float present) {
         smp::TokenData *d = window(buf, off, n);
@@ -166,7 +170,7 @@ void bind_sampling(py::module_ &m) {
         const size_t nc = (size_t)counts.shape(0);
         py::gil_scoped_release nogil;
         smp::penalties(d, n, c, nc, repeat, freq, present);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("counts"), py::arg("repeat"), py::arg("freq"), py::arg("present"));
     m.def("sampling_dry", [](py::array buf, size_t off, size_t n, py::array max_len, float mult, float base,
                              int32_t allowed) {
         smp::TokenData *d = window(buf, off, n);
@@ -174,29 +178,29 @@ void bind_sampling(py::module_ &m) {
         const size_t nl = (size_t)max_len.shape(0);
         py::gil_scoped_release nogil;
         smp::dry(d, n, ml, nl, mult, base, allowed);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("max_len"), py::arg("mult"), py::arg("base"), py::arg("allowed"));
     m.def("sampling_adaptive_transform", [](py::array buf, size_t off, size_t n, float target) {
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::adaptive_transform(d, n, target);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("target"));
     m.def("sampling_discrete", [](py::array buf, size_t off, size_t n, double u, bool libcxx) {
         need_nonempty(n, "discrete");
         smp::TokenData *d = window(buf, off, n, false);
         py::gil_scoped_release nogil;
         return smp::discrete(d, n, u, libcxx);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("u"), py::arg("libcxx"));
     m.def("sampling_server_probs", [](py::array buf, size_t off, size_t n, size_t n_top) {
         need_nonempty(n, "server_probs");
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::server_probs(d, n, n_top);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"), py::arg("n_top"));
     m.def("sampling_sort_by_p", [](py::array buf, size_t off, size_t n) {
         smp::TokenData *d = window(buf, off, n);
         py::gil_scoped_release nogil;
         smp::sort_by_p_desc(d, n);
-    });
+    }, py::arg("buf"), py::arg("off"), py::arg("n"));
     // Fresh-array kernels (fill fused with the chain's first sampler).
     m.def("sampling_greedy_fresh", [](py::array logits) {
         const float *x = vec_of<float>(logits, "logits");
@@ -204,7 +208,7 @@ void bind_sampling(py::module_ &m) {
         need_nonempty(n, "greedy");
         py::gil_scoped_release nogil;
         return smp::greedy_fresh(x, n);
-    });
+    }, py::arg("logits"));
     m.def("sampling_fill_top_k", [](py::array buf, py::array logits, size_t k) {
         const float *x = vec_of<float>(logits, "logits");
         const size_t n = (size_t)logits.shape(0);
@@ -212,7 +216,7 @@ void bind_sampling(py::module_ &m) {
         smp::TokenData *d = window(buf, 0, n);
         py::gil_scoped_release nogil;
         smp::fill_top_k(d, x, n, k);
-    });
+    }, py::arg("buf"), py::arg("logits"), py::arg("k"));
     m.def("sampling_fill_min_p", [](py::array buf, py::array logits, float p, size_t min_keep) {
         const float *x = vec_of<float>(logits, "logits");
         const size_t n = (size_t)logits.shape(0);
@@ -225,14 +229,14 @@ void bind_sampling(py::module_ &m) {
             k = smp::fill_min_p(d, x, n, p, min_keep, &sorted);
         }
         return py::make_tuple(k, sorted);
-    });
+    }, py::arg("buf"), py::arg("logits"), py::arg("p"), py::arg("min_keep"));
     m.def("sampling_fill_temperature", [](py::array buf, py::array logits, float t) {
         const float *x = vec_of<float>(logits, "logits");
         const size_t n = (size_t)logits.shape(0);
         smp::TokenData *d = window(buf, 0, n);
         py::gil_scoped_release nogil;
         smp::fill_temperature(d, x, n, t);
-    });
+    }, py::arg("buf"), py::arg("logits"), py::arg("t"));
     m.def("sampling_fill_penalties", [](py::array buf, py::array logits, py::array counts, float repeat, float freq,
                                         float present) {
         const float *x = vec_of<float>(logits, "logits");
@@ -242,15 +246,15 @@ void bind_sampling(py::module_ &m) {
         smp::TokenData *d = window(buf, 0, n);
         py::gil_scoped_release nogil;
         smp::fill_penalties(d, x, n, c, nc, repeat, freq, present);
-    });
+    }, py::arg("buf"), py::arg("logits"), py::arg("counts"), py::arg("repeat"), py::arg("freq"), py::arg("present"));
     m.def("sampling_set_threads", &smp::set_threads, py::arg("n"));
     m.def("sampling_get_threads", &smp::get_threads);
     // Scalar libm helpers (the platform's, as the reference build calls them).
-    m.def("sampling_expf", [](float x) { return expf(x); });
-    m.def("sampling_logf", [](float x) { return logf(x); });
-    m.def("sampling_log2f", [](float x) { return log2f(x); });
-    m.def("sampling_powf", [](float x, float y) { return powf(x, y); });
-    m.def("sampling_f2i", &smp::float_to_int_like_cpu);
+    m.def("sampling_expf", [](float x) { return expf(x); }, py::arg("x"));
+    m.def("sampling_logf", [](float x) { return logf(x); }, py::arg("x"));
+    m.def("sampling_log2f", [](float x) { return log2f(x); }, py::arg("x"));
+    m.def("sampling_powf", [](float x, float y) { return powf(x, y); }, py::arg("x"), py::arg("y"));
+    m.def("sampling_f2i", &smp::float_to_int_like_cpu, py::arg("x"));
 
     // Speculative verification (python/lmtail/speculative.py): residual weights over an order,
     // the blocked selection walk, and probability-row checks.
@@ -365,7 +369,8 @@ void bind_sampling(py::module_ &m) {
           py::arg("row"), py::arg("threads") = 0);
     m.def("spec_rows_stats",
           [](py::array x, int threads) {
-              if (!x.dtype().is(py::dtype::of<float>()) || x.ndim() != 2 || !(x.flags() & py::array::c_style))
+              lmt::bind::check_dtype<float>(x, "rows");
+              if (x.ndim() != 2 || !(x.flags() & py::array::c_style) || !lmt::bind::is_aligned(x))
                   throw lmt::ArgumentError("rows: expected a C-contiguous 2-D float32 array; found " +
                                            std::string(py::str(x.dtype())) + " with ndim " + std::to_string(x.ndim()));
               const size_t rows = (size_t)x.shape(0), n = (size_t)x.shape(1);

@@ -1,5 +1,6 @@
 // RMSNorm: one block per row; float squares summed in double (exact for typical rows, so the
-// result usually equals the CPU backend's bytes), then x * (1/sqrtf(mean + eps)) * gamma.
+// result usually equals the CPU backend's bytes), then x * (1/sqrtf(mean + eps)) * gamma; a
+// non-finite mean (overflow) makes the whole row NaN so that the tail fails closed.
 #include "common.cuh"
 #include "launch.hpp"
 
@@ -35,7 +36,12 @@ __global__ void __launch_bounds__(256) rms_norm_kernel(const float *__restrict__
     }
     __syncthreads();
     const float mean = (float)(red[0] / (double)cols);
-    const float scale = 1.0f / sqrtf(mean + eps);
+    // A finite row whose float squares (or mean) overflow gives mean = inf and scale = 0: an
+    // all-zero row every later check would take for valid logits (greedy token 0). Poison it
+    // with NaN instead, so the pre-cap latch (DeviceHead::run_tail) and the greedy kernel's
+    // latch refuse it (the CPU backend raises the same case). Exponent-bit test.
+    const bool overflow = (__float_as_uint(mean) & 0x7F800000u) == 0x7F800000u;
+    const float scale = overflow ? __uint_as_float(0x7FC00000u) : 1.0f / sqrtf(mean + eps);
     for (int i = threadIdx.x; i < cols; i += blockDim.x) {
         const float v = xr[i] * scale;
         y[(size_t)row * cols + i] = gamma ? v * gamma[i] : v;

@@ -1,5 +1,9 @@
 // RMSNorm encoder and op (kernel: metal/rms_norm.metal; CPU reference: csrc/cpu/rms_norm.cpp).
 // One threadgroup of 256 lanes (8 SIMD-groups) per row.
+#include <cmath>
+#include <string>
+
+#include "lmtail/cpu.hpp"
 #include "metal/context.hpp"
 
 namespace lmt::LMT_METAL_NS {
@@ -30,6 +34,18 @@ void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int6
                         u32(n_rows, "rows"), u32(cols, "cols"), eps);
     });
     std::memcpy(y, yb->contents(), bytes);
+    // The kernel poisons a row whose mean of squares is non-finite with NaN. For a finite input
+    // row that is an overflow (the CPU reference raises the same); rows holding NaN/Inf
+    // propagate, as on the CPU.
+    for (int64_t t = 0; t < n_rows; ++t) {
+        const float *yr = y + t * cols, *xr = x + t * cols;
+        if (lmt::cpu::all_finite(yr, cols, 1) || !lmt::cpu::all_finite(xr, cols, 1)) continue;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < cols; ++i) amax = std::fmax(amax, std::fabs(xr[i]));
+        throw lmt::NonFiniteError("rms_norm: row " + std::to_string(t) +
+                                  ": the mean of the squares overflowed float32 (max |x| = " + std::to_string(amax) +
+                                  "); the row would normalise to all zeros");
+    }
 }
 
 }  // namespace lmt::LMT_METAL_NS

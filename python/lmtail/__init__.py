@@ -19,6 +19,7 @@ from .errors import (
     LmtailError,
     NonFiniteLogitsError,
     ParameterError,
+    ResourceError,
     ShapeError,
 )
 from .grammar import Grammar, GrammarMatcher, Vocab
@@ -57,6 +58,7 @@ __all__ = [
     "include_dir",
     "LmtailError",
     "NonFiniteLogitsError",
+    "ResourceError",
     "GGUFError",
     "ShapeError",
     "DTypeError",

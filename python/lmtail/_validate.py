@@ -13,15 +13,25 @@ QK_K = 256
 
 
 def float32_array(x, name: str, ndims=(1, 2)) -> np.ndarray:
+    """``x`` as a C-contiguous, aligned float32 array of ``ndims`` dimensions, without converting
+    values: any float32 view is accepted (a ctypes buffer such as llama-cpp-python's logits,
+    ``np.frombuffer``, a memoryview, a read-only or memory-mapped array); a copy is made only to
+    make it contiguous or aligned. A byte-swapped float32 is refused (convert it explicitly)."""
     if not isinstance(x, np.ndarray):
         raise DTypeError(f"{name}: expected a numpy float32 array; found {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise DTypeError(f"{name}: expected dtype float32; found {x.dtype} (convert explicitly)")
+    dt = x.dtype
+    if dt.kind == "f" and dt.itemsize == 4 and dt.fields is None and not dt.isnative:
+        raise DTypeError(f"{name}: expected float32 in the machine's byte order; found byte-swapped {dt.str!r} "
+                         f"(convert with .astype(np.float32))")
+    if dt != np.float32 or dt.fields is not None:
+        raise DTypeError(f"{name}: expected dtype float32; found {dt} (convert explicitly)")
     if x.ndim not in ndims:
         raise ShapeError(f"{name}: expected {' or '.join(f'{d}-D' for d in ndims)}; found shape {x.shape}")
     if x.size == 0:
         raise ShapeError(f"{name}: expected a non-empty array; found shape {x.shape}")
-    return np.ascontiguousarray(x)
+    if not (x.flags.c_contiguous and x.flags.aligned):
+        x = np.require(x, requirements=("C", "A"))
+    return x
 
 
 def q5k_weight(w, name: str = "weight") -> tuple[np.ndarray, int, int]:
@@ -38,18 +48,29 @@ def q5k_weight(w, name: str = "weight") -> tuple[np.ndarray, int, int]:
             f"{name}: row bytes must be a positive multiple of {Q5K_BLOCK_BYTES} (one Q5_K block per 256 "
             f"weights); found shape {w.shape}"
         )
+    if w.dtype.byteorder not in ("=", "|") and not w.dtype.isnative:  # pragma: no cover - uint8 has no byte order
+        raise DTypeError(f"{name}: expected native uint8; found {w.dtype.str!r}")
     if rows >= 2**31:
         raise ShapeError(f"{name}: at most 2^31-1 rows (vocabulary ids fit in 31 bits); found {rows}")
     if not (w.flags.c_contiguous or (w.strides[1] == 1 and w.strides[0] >= nbytes)):
         w = np.ascontiguousarray(w)
+    elif w.dtype is not np.dtype(np.uint8):
+        # An equal dtype instance that is not numpy's own (a ctypes-backed buffer): the same bytes
+        # under the canonical dtype, still without a copy.
+        w = w.view(np.uint8)
     return w, rows, nbytes // Q5K_BLOCK_BYTES * QK_K
 
 
+# Upper bound of every ``threads=`` argument (the C++ core's lmt::kMaxThreads).
+MAX_THREADS = 1024
+
+
 def threads_arg(threads) -> int:
+    """None -> 0 (the core's default: LMTAIL_NUM_THREADS or the usable CPUs); else 1..MAX_THREADS."""
     if threads is None:
         return 0
-    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1:
-        raise ParameterError(f"threads: expected None or an integer >= 1; found {threads!r}")
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or not 1 <= threads <= MAX_THREADS:
+        raise ParameterError(f"threads: expected None or an integer in [1, {MAX_THREADS}]; found {threads!r}")
     return int(threads)
 
 
@@ -66,7 +87,16 @@ def token_ids(ids, n: int, name: str) -> np.ndarray:
     """Validate a collection of token ids against [0, n); returns sorted unique uint32."""
     if ids is None:
         return np.zeros(0, dtype=np.uint32)
-    arr = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
+    if isinstance(ids, (numbers.Number, str, bytes, np.generic)):
+        raise ParameterError(f"{name}: expected a collection of integer token ids (e.g. a list or tuple); "
+                             f"found {type(ids).__name__} {ids!r} (wrap a single id in a list)")
+    if isinstance(ids, np.ndarray):
+        arr = ids
+    else:
+        try:
+            arr = np.asarray(list(ids))
+        except TypeError:
+            raise ParameterError(f"{name}: expected a collection of integer token ids; found {type(ids).__name__}") from None
     if arr.size == 0:
         return np.zeros(0, dtype=np.uint32)
     if arr.dtype.kind not in "iu" or arr.ndim != 1:

@@ -14,6 +14,11 @@ class NonFiniteLogitsError(LmtailError, ArithmeticError):
     """
 
 
+class ResourceError(LmtailError, MemoryError):
+    """Memory (or another resource) could not be allocated. The object that raised it is left as
+    it was before the call, fully usable (e.g. a ``Head`` whose buffers could not grow)."""
+
+
 class GGUFError(LmtailError):
     """A GGUF file is unreadable: truncated, missing a tensor or key, wrong type or shape."""
 
@@ -65,6 +70,7 @@ class JSONSchemaError(GrammarError):
 __all__ = [
     "LmtailError",
     "NonFiniteLogitsError",
+    "ResourceError",
     "GGUFError",
     "ShapeError",
     "DTypeError",

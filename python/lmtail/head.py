@@ -11,12 +11,25 @@ import numpy as np
 
 from . import _backend, _core
 from ._validate import finite_float, float32_array, precision_arg, q5k_weight, threads_arg, token_ids
-from .errors import BackendError, NonFiniteLogitsError, ParameterError, ShapeError
+from .errors import BackendError, DTypeError, NonFiniteLogitsError, ParameterError, ResourceError, ShapeError
 from .ops import check_greedy
 
-# The fail-closed finite checks scan host memory (the hidden rows, and route A's staging rows after
-# the read-back), so every backend uses the CPU's threaded SIMD scan rather than one of its own.
+# The fail-closed finite checks of the Python paths (metal-emu, cuda) scan host memory (the
+# hidden rows, and route A's staging rows after the read-back), so those backends use the CPU's
+# threaded SIMD scan rather than one of their own. The cpu backend runs them in lmt::Head.
 _all_finite = _core.all_finite
+
+# max_tokens bound: the staging rows are int-indexed in the device code.
+_MAX_TOKENS = 2**31 - 1
+
+
+def _empty(shape, dtype) -> np.ndarray:
+    """np.empty for a result array; running out of memory is a typed ResourceError."""
+    try:
+        return np.empty(shape, dtype=dtype)
+    except MemoryError as e:
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        raise ResourceError(f"Head: cannot allocate a {shape} {np.dtype(dtype)} result ({nbytes} bytes): {e}") from None
 
 
 def _first_nonfinite(x: np.ndarray) -> tuple:
@@ -24,20 +37,63 @@ def _first_nonfinite(x: np.ndarray) -> tuple:
     return tuple(int(i) for i in idx)
 
 
+def _norm_overflow(h2: np.ndarray) -> Optional[str]:
+    """Which finite hidden row's RMSNorm overflows float32 (mean of the float squares), if any.
+
+    Only called after a device's latch fired, to say why: the device kernels poison such a row
+    with NaN (their own fail-closed mark), and this names the cause on the host."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = np.square(h2, dtype=np.float32)
+        mean = (sq.astype(np.float64).sum(axis=1) / h2.shape[1]).astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(mean))
+    if bad.size == 0:
+        return None
+    t = int(bad[0])
+    return (f"rms_norm: row {t}: the mean of the squares overflowed float32 (max |x| = "
+            f"{float(np.max(np.abs(h2[t]))):g}); the row would normalise to all zeros")
+
+
+class _ThreadState(threading.local):
+    """What one thread's calls on one Head own: staging rows (the capped logits of its last
+    compute, which ``row(t)`` reads), the normalised hidden rows, and its last timings/bytes."""
+
+    def __init__(self) -> None:
+        self.staging: Optional[np.ndarray] = None
+        self.normed: Optional[np.ndarray] = None
+        self.computed_T = 0
+        self.device_gen = -1
+        self.timings: dict = {}
+        self.last_bytes = 0
+
+
 class Head:
     """An LM head: ``logits = softcap(scale * (W @ rms_norm(hidden) * gamma))``.
 
-    ``weight`` is a uint8 array (rows, cols/256*176) of Q5_K blocks, used without a copy when
-    C-contiguous (e.g. a memory-mapped GGUF tensor). ``norm`` is the final RMSNorm's gamma
-    (cols,), or None when the hidden state arrives already normalised (no norm is applied).
-    ``norm_kind="layer"`` applies a LayerNorm without bias instead (command-r, cohere2: llama.cpp's
-    LLM_NORM), with ``norm`` as its optional weight. ``softcap <= 0`` disables the cap.
-    ``precision`` selects the head matvec's activation precision ("f32", or on the CPU "i24" (its
-    default, f32-grade) or "i16"; None: the backend's default), see :func:`lmtail.ops.matvec_q5_k`.
+    ``weight`` is a uint8 array (rows, cols/256*176) of Q5_K blocks, used without a copy when its
+    rows are contiguous bytes (e.g. a memory-mapped GGUF tensor): keep it alive and unchanged.
+    ``norm`` is the final RMSNorm's gamma (cols,), or None when the hidden state arrives already
+    normalised (no norm is applied). ``norm_kind="layer"`` applies a LayerNorm without bias
+    instead (command-r, cohere2: llama.cpp's LLM_NORM), with ``norm`` as its optional weight.
+    ``logit_scale`` must be finite and non-zero; ``softcap`` finite and >= 0, where 0 disables the
+    cap. ``precision`` selects the head matvec's activation precision ("f32", or on the CPU "i24"
+    (its default, f32-grade) or "i16"; None: the backend's default), see
+    :func:`lmtail.ops.matvec_q5_k`. ``threads``: None (the core's default) or 1..1024.
+    ``max_tokens``: rows of staging each thread starts with (grown on demand).
 
-    Failure semantics (fail closed): any non-finite hidden value, pre-cap logit or capped logit
-    raises :class:`lmtail.NonFiniteLogitsError`, and the previously published distribution stays
-    intact. One ``Head`` used from several threads serialises its calls.
+    On ``backend="cpu"`` the tail is the C++ ``lmt::Head`` (``lmtail/head.hpp``): one
+    implementation of the fail-closed rules for Python and C++ users.
+
+    Failure semantics (fail closed): a non-finite hidden value, a hidden row whose norm overflows
+    float32 (its mean of squares or variance is infinite: ggml would silently output zeros), a
+    non-finite pre-cap or capped logit raises :class:`lmtail.NonFiniteLogitsError`; nothing the
+    caller holds is modified then (``out=`` buffers included). Running out of memory while growing
+    buffers raises :class:`lmtail.ResourceError` and leaves the Head usable.
+
+    Threads: one ``Head`` may be shared by several threads. Nothing a call returns is shared:
+    ``logits`` returns a fresh array (or fills the caller's ``out=``), ``greedy``/``topk`` fresh
+    arrays, and ``row(t)`` reads the *calling thread's* own last compute. On the CPU, calls run
+    concurrently (their parallel regions take turns in the core's thread pool); the other
+    backends serialise their calls.
     """
 
     def __init__(
@@ -65,42 +121,47 @@ class Head:
                 raise ShapeError(f"norm: expected length {self._cols} (the head's cols); found {norm.shape[0]}")
             if not np.isfinite(norm).all():
                 raise ParameterError(f"norm: gamma must be finite; found {norm[~np.isfinite(norm)][0]}")
-        if norm_kind not in ("rms", "layer"):
+        if not isinstance(norm_kind, str) or norm_kind not in ("rms", "layer"):
             raise ParameterError(f"norm_kind: expected 'rms' or 'layer'; found {norm_kind!r}")
         if norm_kind == "layer" and not hasattr(self._impl, "layer_norm"):
             raise BackendError(f"backend {backend!r} has no layer_norm; LayerNorm heads run on 'cpu'")
         self._norm = norm
         self._norm_kind = norm_kind
         self._scale = finite_float(logit_scale, "logit_scale")
+        if self._scale == 0.0:
+            raise ParameterError("logit_scale: expected a finite non-zero number; found 0 (every logit would be 0)")
         self._softcap = finite_float(softcap, "softcap")
+        if self._softcap < 0.0:
+            raise ParameterError(f"softcap: expected >= 0 (0 disables the cap); found {self._softcap}")
         self._eps = finite_float(eps, "eps")
         if self._eps < 0:
             raise ParameterError(f"eps: expected >= 0; found {self._eps}")
         self._threads = threads_arg(threads)
         self._eog = tuple(int(i) for i in token_ids(eog_ids, self._rows, "eog_ids"))
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ParameterError(f"max_tokens: expected an integer >= 1; found {max_tokens!r}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or not 1 <= max_tokens <= _MAX_TOKENS:
+            raise ParameterError(f"max_tokens: expected an integer in [1, {_MAX_TOKENS}]; found {max_tokens!r}")
+        self._max_tokens = int(max_tokens)
+        # The tail's norm as the kernels see it: "none" when no gamma and RMS (the old contract).
+        self._norm_mode = "layer" if norm_kind == "layer" else ("rms" if norm is not None else "none")
+        self._cpu = None
         self._device = None
-        if backend == "cuda":
+        if backend == "cpu":
+            self._cpu = _core.CpuHead(self._weight, self._cols, norm, self._norm_mode, self._eps, self._scale,
+                                      self._softcap, self._precision, self._threads)
+        elif backend == "cuda":
             # Weights uploaded once; the tail runs on the device and only the route's bytes come back.
             if norm_kind == "layer":
                 raise BackendError("backend 'cuda' has no layer_norm yet; LayerNorm heads run on 'cpu'")
             self._device = self._impl.DeviceHead(self._weight, self._cols, norm, 1 if norm is not None else 0,
-                                                 self._eps, self._scale, self._softcap, max_tokens)
+                                                 self._eps, self._scale, self._softcap, self._max_tokens)
+        # Serialises the non-CPU paths (the device head holds one set of device buffers).
         self._lock = threading.Lock()
-        self._published = np.zeros((max_tokens, self._rows), dtype=np.float32)
-        self._published_T = 0
-        self._staging = self._staging_rows(max_tokens)
-        self._normed = np.empty((max_tokens, self._cols), dtype=np.float32)
-        self.last_timings: dict[str, float] = {}
+        self._count_lock = threading.Lock()
+        self._device_gen = 0  # bumped by every device tail: row(t) checks its rows are still there
+        self._tls = _ThreadState()
+        self._bytes_total = 0
         self.path: Optional[str] = None
-        # Rows of the last successful compute still held in the staging buffer (what row(t) reads).
-        self._computed_T = 0
-        self._device_before = 0
-        # Bytes each call hands back to the host (the route's payload: 4 per greedy token, 8 per
-        # top-k candidate, 4 * rows per whole row), cumulative and for the last call.
-        self.bytes_read_back = 0
-        self.last_bytes_read_back = 0
+        self._grow(self._tls, self._max_tokens)  # the constructing thread's buffers: fail here, typed
 
     # ---- construction from a GGUF file ----
     @classmethod
@@ -115,9 +176,18 @@ class Head:
         precision: Optional[str] = None,
     ) -> "Head":
         """Load ``output.weight`` (Q5_K, memory-mapped), ``output_norm.weight``, the RMS epsilon,
-        the logit scale and soft cap (llama.cpp's per-architecture semantics) and the EOG ids."""
+        the logit scale and soft cap (llama.cpp's per-architecture semantics) and the EOG ids.
+
+        ``path`` is a str, bytes or os.PathLike (anything else: :class:`lmtail.ParameterError`).
+        ``logit_scale`` / ``softcap`` override the file's values. The head weights stay memory-
+        mapped: the file must not be truncated or rewritten while the Head lives — a page the
+        kernels read past the new end of file kills the process with SIGBUS (mmap semantics;
+        no Python exception can be raised for it).
+        """
         from .gguf_model import load_head_spec
 
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise ParameterError(f"path: expected a str, bytes or os.PathLike; found {type(path).__name__}")
         spec = load_head_spec(os.fspath(path), logit_scale=logit_scale, softcap=softcap, allow_layer_norm=True)
         if spec.norm_kind not in ("rms", "layer", "none"):  # pragma: no cover - loader contract
             raise ParameterError(f"unsupported final norm {spec.norm_kind!r}")
@@ -140,26 +210,33 @@ class Head:
     # ---- properties ----
     @property
     def rows(self) -> int:
+        """Vocabulary size: rows of the head matrix, the length of each logits row."""
         return self._rows
 
     @property
     def cols(self) -> int:
+        """Hidden size: the length of each hidden row (a multiple of 256)."""
         return self._cols
 
     @property
     def eog_ids(self) -> tuple:
+        """End-of-generation token ids (sorted, unique; from the GGUF vocabulary or ``eog_ids=``),
+        e.g. ``greedy(h, exclude=head.eog_ids)`` for ignore-eos."""
         return self._eog
 
     @property
     def backend(self) -> str:
+        """The backend this head runs on ("cpu", "metal-emu", "metal", "cuda")."""
         return self._backend
 
     @property
     def logit_scale(self) -> float:
+        """Factor applied to every logit before the soft cap (finite, non-zero)."""
         return self._scale
 
     @property
     def softcap(self) -> float:
+        """Soft cap: logits become ``cap * tanh(x / cap)`` after the scale; 0 means no cap."""
         return self._softcap
 
     @property
@@ -169,95 +246,139 @@ class Head:
 
     @property
     def norm_kind(self) -> str:
+        """The final norm's kind: "rms" (RMSNorm, applied only when a gamma was given) or "layer"."""
         return self._norm_kind
 
     @property
     def eps(self) -> float:
+        """Epsilon of the final norm (added to the mean of squares or the variance)."""
         return self._eps
 
     @property
     def weight(self) -> np.ndarray:
+        """The Q5_K head matrix, (rows, cols/256*176) uint8: the caller's memory, not a copy."""
         return self._weight
 
-    # ---- the tail ----
+    @property
+    def threads(self) -> Optional[int]:
+        """Threads per call (None: the core's default)."""
+        return self._threads or None
+
+    @property
+    def max_tokens(self) -> int:
+        """Hidden rows each thread's buffers start with (they grow on demand)."""
+        return self._max_tokens
+
+    @property
+    def last_timings(self) -> dict:
+        """Seconds per stage ("norm", "head", "cap", "select") of the calling thread's last call."""
+        return dict(self._tls.timings)
+
+    @property
+    def bytes_read_back(self) -> int:
+        """Bytes handed back to the host by every call on this head, all threads (the route's
+        payload: 4 per greedy token, 8 per top-k candidate, 4 * rows per whole row; on a device
+        backend also each call's 4-byte pre-cap latch per row)."""
+        return self._bytes_total
+
+    @property
+    def last_bytes_read_back(self) -> int:
+        """Bytes handed back by the calling thread's last call (see ``bytes_read_back``)."""
+        return self._tls.last_bytes
+
+    # ---- buffers ----
+    def _staging_rows(self, T: int) -> np.ndarray:
+        # On the device backend the staging rows are page-locked: route A's whole-row copy lands
+        # there by DMA (then is copied to the caller's array only after the checks pass).
+        if self._device is not None:
+            return self._impl.pinned_empty(T, self._rows)
+        return np.empty((T, self._rows), dtype=np.float32)
+
+    def _grow(self, st: _ThreadState, T: int) -> None:
+        """Give this thread's state room for T rows: allocate everything first, then swap, so a
+        failed allocation leaves the old buffers (and the Head) as they were."""
+        cap = max(T, self._max_tokens)
+        need_normed = self._norm_mode != "none" and self._device is None
+        try:
+            staging = self._staging_rows(cap)
+            normed = np.empty((cap, self._cols), dtype=np.float32) if need_normed else None
+        except MemoryError as e:
+            nbytes = 4 * cap * (self._rows + (self._cols if need_normed else 0))
+            raise ResourceError(f"Head: cannot allocate {nbytes} bytes of buffers for {cap} hidden rows "
+                                f"(rows={self._rows}, cols={self._cols}): {e}") from None
+        st.staging, st.normed = staging, normed
+        st.computed_T = 0
+
+    def _state(self, T: int) -> _ThreadState:
+        st = self._tls
+        if st.staging is None or st.staging.shape[0] < T:
+            self._grow(st, T)
+        return st
+
+    def _count(self, st: _ThreadState, nbytes: int) -> None:
+        st.last_bytes = int(nbytes)
+        with self._count_lock:
+            self._bytes_total += int(nbytes)
+
     def _hidden(self, hidden) -> np.ndarray:
         h = float32_array(hidden, "hidden")
         if h.shape[-1] != self._cols:
             raise ShapeError(f"hidden: expected rows of length {self._cols}; found shape {h.shape}")
         h2 = h.reshape(-1, self._cols)
+        # Checked here as well as in lmt::Head (microseconds): a hidden state refused before any
+        # compute leaves this thread's last rows (row(t)) valid.
         if not _all_finite(h2, self._threads):
             raise NonFiniteLogitsError(f"hidden: non-finite value at {_first_nonfinite(h2)}")
         return h2
 
-    def _staging_rows(self, T: int) -> np.ndarray:
-        # On the device backend the staging rows are page-locked: route A's whole-row copy lands
-        # there by DMA (then is published to the retained buffer only after the checks pass).
-        if self._device is not None:
-            return self._impl.pinned_empty(T, self._rows)
-        return np.empty((T, self._rows), dtype=np.float32)
+    def _out(self, out, T: int) -> np.ndarray:
+        if out is None:
+            return _empty((T, self._rows), np.float32)
+        if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.dtype.isnative:
+            found = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
+            raise DTypeError(f"out: expected a native float32 numpy array of shape ({T}, {self._rows}); found {found}")
+        if out.shape != (T, self._rows) and not (T == 1 and out.shape == (self._rows,)):
+            raise ShapeError(f"out: expected shape ({T}, {self._rows}); found {out.shape}")
+        if not (out.flags.c_contiguous and out.flags.aligned and out.flags.writeable):
+            raise ShapeError("out: expected a C-contiguous, aligned, writable array")
+        return out
 
-    def _ensure_capacity(self, T: int) -> None:
-        if T > self._staging.shape[0]:
-            # Growing T reallocates: views returned earlier keep the old buffer (documented).
-            self._staging = self._staging_rows(T)
-            self._normed = np.empty((T, self._cols), dtype=np.float32)
-            pub = np.zeros((T, self._rows), dtype=np.float32)
-            pub[: self._published.shape[0]] = self._published
-            self._published = pub
-
-    def _device_tail(self, h2: np.ndarray, check_latch: bool = True) -> None:
+    # ---- the non-CPU paths (metal-emu, metal, cuda): the ops one by one ----
+    def _device_tail(self, st: _ThreadState, h2: np.ndarray, check_latch: bool = True) -> None:
         t0 = time.perf_counter()
-        self._computed_T = 0
+        st.computed_T = 0
+        self._device_gen += 1
         if not self._device.run_tail(h2, check_latch):
-            raise NonFiniteLogitsError("logits before the soft cap: non-finite value (device latch)")
-        self._computed_T = h2.shape[0]
-        self.last_timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
+            raise NonFiniteLogitsError(_norm_overflow(h2) if self._norm is not None and _norm_overflow(h2)
+                                       else "logits before the soft cap: non-finite value (device latch)")
+        st.computed_T = h2.shape[0]
+        st.device_gen = self._device_gen
+        st.timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
 
-    def _device_delta(self) -> int:
-        dev = self._device
-        assert dev is not None
-        return int(dev.bytes_read_back - self._device_before)
-
-    def _count(self, nbytes: int) -> None:
-        self.last_bytes_read_back = int(nbytes)
-        self.bytes_read_back += int(nbytes)
-
-    def _tail(self, h2: np.ndarray) -> np.ndarray:
-        """Norm -> head -> scale -> cap into the staging buffer; fail closed on non-finite values."""
-        self._computed_T = 0  # a failure below leaves no row for row(t) to hand out
-        self._device_before = self._device.bytes_read_back if self._device is not None else 0
-        logits = self._tail_impl(h2)
-        self._computed_T = h2.shape[0]
-        return logits
-
-    def _tail_impl(self, h2: np.ndarray) -> np.ndarray:
+    def _ops_tail(self, st: _ThreadState, h2: np.ndarray) -> np.ndarray:
+        """Norm -> head -> scale -> cap into the thread's staging rows; fail closed."""
+        st.computed_T = 0  # a failure below leaves no row for row(t) to hand out
+        T = h2.shape[0]
+        logits = st.staging[:T]
         if self._device is not None:
-            T = h2.shape[0]
-            self._ensure_capacity(T)
-            self._device_tail(h2)
-            logits = self._staging[:T]
+            self._device_tail(st, h2)
             self._device.read_logits(logits)
             if not np.isfinite(logits).all():
                 raise NonFiniteLogitsError(f"logits after scale/soft cap: non-finite value at {_first_nonfinite(logits)}")
+            st.computed_T = T
             return logits
         impl, th = self._impl, self._threads
-        T = h2.shape[0]
-        self._ensure_capacity(T)
         t0 = time.perf_counter()
-        if self._norm_kind == "layer":
-            normed = self._normed[:T]
+        if self._norm_mode == "layer":
+            normed = st.normed[:T]
             impl.layer_norm(h2, self._norm, normed, self._eps)
-        elif self._norm is not None:
-            normed = self._normed[:T]
+        elif self._norm_mode == "rms":
+            normed = st.normed[:T]
             impl.rms_norm(h2, self._norm, normed, self._eps)
         else:  # no final norm: the caller's hidden state is already normalised
             normed = h2
         t1 = time.perf_counter()
-        logits = self._staging[:T]
-        if self._backend == "cpu":
-            impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto", self._precision)
-        else:  # the other backends implement f32 activations only (precision_arg checked it)
-            impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
+        impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
         t2 = time.perf_counter()
         if not _all_finite(logits, th):
             raise NonFiniteLogitsError(f"logits before the soft cap: non-finite value at {_first_nonfinite(logits)}")
@@ -265,106 +386,160 @@ class Head:
         t3 = time.perf_counter()
         if not _all_finite(logits, th):
             raise NonFiniteLogitsError(f"logits after scale/soft cap: non-finite value at {_first_nonfinite(logits)}")
-        self.last_timings = {"norm": t1 - t0, "head": t2 - t1, "cap": t3 - t2}
+        st.timings = {"norm": t1 - t0, "head": t2 - t1, "cap": t3 - t2}
+        st.computed_T = T
         return logits
 
-    def logits(self, hidden: np.ndarray) -> np.ndarray:
-        """(T, rows) float32 logits for hidden (cols,) or (T, cols).
+    @staticmethod
+    def _cpu_timings(st: _ThreadState, t: tuple, select: bool) -> None:
+        st.timings = {"norm": t[0], "head": t[1], "cap": t[2]}
+        if select:
+            st.timings["select"] = t[3]
 
-        Returns a read-only view of the head's retained distribution, refilled in place by the
-        next successful ``logits`` call (no allocation per call): copy rows you keep. On failure
-        the previously published rows are left untouched.
+    # ---- the tail ----
+    def logits(self, hidden: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """(T, rows) float32 capped logits for hidden (cols,) or (T, cols).
+
+        Returns a fresh array the caller owns (nothing another call or thread can refill), or,
+        with ``out=`` (a C-contiguous writable float32 array of shape (T, rows), or (rows,) for
+        T = 1), fills and returns ``out``: the zero-allocation form. ``out`` is written only after
+        every check passed: on failure it is left untouched. Counts ``4 * rows * T`` bytes read
+        back (plus the device's pre-cap latch on cuda). ``row(t)`` afterwards gives the same rows.
         """
+        h2 = self._hidden(hidden)
+        T = h2.shape[0]
+        res = self._out(out, T)
+        res2 = res.reshape(T, self._rows)
+        if self._cpu is not None:
+            st = self._state(T)
+            st.computed_T = 0
+            t = self._cpu.logits(h2, res2, st.normed, st.staging)
+            st.computed_T = T
+            self._cpu_timings(st, t, False)
+            self._count(st, 4 * self._rows * T)
+            return res
         with self._lock:
-            h2 = self._hidden(hidden)
-            T = h2.shape[0]
-            staged = self._tail(h2)
-            np.copyto(self._published[:T], staged)  # publish only after every check passed
-            self._published_T = T
-            self._count(self._device_delta() if self._device is not None else 4 * self._rows * T)
-            view = self._published[:T].view()
-            view.flags.writeable = False
-            return view
+            st = self._state(T)
+            before = self._device.bytes_read_back if self._device is not None else 0
+            staged = self._ops_tail(st, h2)
+            np.copyto(res2, staged)  # publish only after every check passed
+            self._count(st, self._device.bytes_read_back - before if self._device is not None else 4 * self._rows * T)
+            return res
 
     def greedy(self, hidden: np.ndarray, exclude=None) -> np.ndarray:
-        """Greedy token per row (uint32 (T,)): the whole tail plus the fail-closed argmax.
+        """Greedy token per row (a fresh uint32 (T,) array): the whole tail plus the fail-closed argmax.
 
-        ``exclude`` (e.g. ``head.eog_ids`` for ignore-eos) is masked inside the reduction only.
+        ``exclude`` (a collection of token ids, e.g. ``head.eog_ids`` for ignore-eos) is masked
+        inside the reduction only; excluding every id raises :class:`lmtail.ParameterError`.
+        Counts 4 bytes per row read back.
         """
+        h2 = self._hidden(hidden)
+        excl = token_ids(exclude, self._rows, "exclude")
+        if excl.size >= self._rows:
+            raise ParameterError(f"exclude: excludes all {self._rows} token ids; nothing left to choose")
+        T = h2.shape[0]
+        out = _empty(T, np.uint32)
+        if self._cpu is not None:
+            st = self._state(T)
+            st.computed_T = 0
+            t = self._cpu.greedy(h2, excl, out, st.normed, st.staging)
+            st.computed_T = T
+            self._cpu_timings(st, t, True)
+            self._count(st, 4 * T)
+            return out
         with self._lock:
-            h2 = self._hidden(hidden)
-            excl = token_ids(exclude, self._rows, "exclude")
-            if excl.size >= self._rows:
-                raise ParameterError(f"exclude: excludes all {self._rows} token ids; nothing left to choose")
-            out = np.empty(h2.shape[0], dtype=np.uint32)
+            st = self._state(T)
             if self._device is not None:  # route B: 4 bytes per row leave the device
                 before = self._device.bytes_read_back
                 # no separate pre-cap latch read: the greedy kernel latches, caps and reduces
-                self._device_tail(h2, check_latch=False)
+                self._device_tail(st, h2, check_latch=False)
                 t0 = time.perf_counter()
                 self._device.greedy(excl, out)
-                self.last_timings["select"] = time.perf_counter() - t0
-                self._count(self._device.bytes_read_back - before)
+                st.timings["select"] = time.perf_counter() - t0
+                self._count(st, self._device.bytes_read_back - before)
                 if np.any(out == 0xFFFFFFFF):
-                    self._computed_T = 0  # the stored logits hold a non-finite value
+                    st.computed_T = 0  # the stored logits hold a non-finite value
+                    why = _norm_overflow(h2) if self._norm is not None else None
+                    if why:
+                        raise NonFiniteLogitsError(why)
                 check_greedy(out, self._rows, excl.size)
                 return out
-            logits = self._tail(h2)
+            logits = self._ops_tail(st, h2)
             t0 = time.perf_counter()
             self._impl.greedy_argmax_rows(logits, excl, out, self._threads)
-            self.last_timings["select"] = time.perf_counter() - t0
+            st.timings["select"] = time.perf_counter() - t0
             check_greedy(out, self._rows, excl.size)
-            self._count(4 * out.size)
+            self._count(st, 4 * out.size)
             return out
 
     def topk(self, hidden: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k candidates per row: (ids uint32 (T, k), values float32 (T, k)), canonical order."""
+        """Top-k candidates per row: fresh (ids uint32 (T, k), values float32 (T, k)) arrays in
+        canonical order (value descending, id ascending among equal values). Counts 8 bytes per
+        candidate read back."""
+        h2 = self._hidden(hidden)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self._rows:
+            raise ParameterError(f"k: expected an integer in [1, {self._rows}]; found {k!r}")
+        T = h2.shape[0]
+        ids = _empty((T, int(k)), np.uint32)
+        vals = _empty((T, int(k)), np.float32)
+        if self._cpu is not None:
+            st = self._state(T)
+            st.computed_T = 0
+            t = self._cpu.topk(h2, int(k), ids, vals, st.normed, st.staging)
+            st.computed_T = T
+            self._cpu_timings(st, t, True)
+            self._count(st, 8 * ids.size)
+            return ids, vals
         with self._lock:
-            h2 = self._hidden(hidden)
-            if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self._rows:
-                raise ParameterError(f"k: expected an integer in [1, {self._rows}]; found {k!r}")
-            T = h2.shape[0]
-            ids = np.empty((T, int(k)), dtype=np.uint32)
-            vals = np.empty((T, int(k)), dtype=np.float32)
+            st = self._state(T)
             if self._device is not None:  # route C: k candidates per row leave the device
-                self._device_before = self._device.bytes_read_back
-                self._device_tail(h2)
+                before = self._device.bytes_read_back
+                self._device_tail(st, h2)
                 t0 = time.perf_counter()
                 self._device.topk(int(k), ids, vals)
-                self.last_timings["select"] = time.perf_counter() - t0
+                st.timings["select"] = time.perf_counter() - t0
                 # 8 bytes per candidate plus the 4-byte pre-cap latch per row
-                self._count(self._device_delta())
+                self._count(st, self._device.bytes_read_back - before)
                 if not np.isfinite(vals).all():
+                    st.computed_T = 0
                     raise NonFiniteLogitsError("top-k: non-finite candidate value")
                 return ids, vals
-            logits = self._tail(h2)
+            logits = self._ops_tail(st, h2)
             t0 = time.perf_counter()
             self._impl.topk_rows(logits, int(k), ids, vals, self._threads)
-            self.last_timings["select"] = time.perf_counter() - t0
-            self._count(8 * ids.size)
+            st.timings["select"] = time.perf_counter() - t0
+            self._count(st, 8 * ids.size)
             return ids, vals
 
     def row(self, t: int) -> np.ndarray:
-        """Row t of the last compute (``logits``, ``greedy`` or ``topk``) as a whole: the fallback of
-        the top-k route (a grammar rejection, a tie at the top-k boundary).
+        """Row t (capped logits, (rows,) float32) of the calling thread's last successful compute
+        (``logits``, ``greedy`` or ``topk``): the fallback of the top-k route (a grammar rejection,
+        a tie at the top-k boundary).
 
-        A read-only view valid until the next compute (the next call overwrites it); copy what you
-        keep. Counts ``4 * rows`` bytes read back. Raises if the last compute failed or had no row t.
+        Each thread has its own rows: another thread's calls never change what this returns. The
+        result is a read-only view of this thread's staging rows, valid until this thread's next
+        compute on this head; copy what you keep. Counts ``4 * rows`` bytes read back. Raises
+        :class:`lmtail.ParameterError` if this thread's last compute failed or had no row t, or
+        (cuda, whose logits stay on the device) if another thread's call has replaced them since.
         """
-        with self._lock:
-            if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < self._computed_T:
-                raise ParameterError(f"row: expected a row index in [0, {self._computed_T}) of the last successful "
-                                     f"compute; found {t!r}")
-            t = int(t)
-            out = self._staging[t]
-            if self._device is not None:
+        st = self._tls
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < st.computed_T:
+            raise ParameterError(f"row: expected a row index in [0, {st.computed_T}) of this thread's last "
+                                 f"successful compute; found {t!r}")
+        t = int(t)
+        out = st.staging[t]
+        if self._device is not None:
+            with self._lock:
+                if st.device_gen != self._device_gen:
+                    raise ParameterError("row: another thread's call has replaced this thread's logits on the "
+                                         "device since its last compute; compute them again")
                 self._device.read_row(t, out)
-                if not np.isfinite(out).all():
-                    raise NonFiniteLogitsError(f"row {t}: non-finite logit at {_first_nonfinite(out)}")
-            self._count(4 * self._rows)
-            view = out.view()
-            view.flags.writeable = False
-            return view
+            if not np.isfinite(out).all():
+                raise NonFiniteLogitsError(f"row {t}: non-finite logit at {_first_nonfinite(out)}")
+        self._count(st, 4 * self._rows)
+        view = out.view()
+        view.flags.writeable = False
+        return view
 
     def __repr__(self) -> str:
         return (

@@ -2,7 +2,10 @@
 
 Every op takes ``backend=`` (default ``"cpu"``) so the same call runs on any backend in
 :func:`lmtail.backends`. Inputs are never modified unless an ``out=`` array is passed; inputs
-must already be float32 (nothing is silently converted).
+must already be float32 (nothing is silently converted). Any float32 array is accepted as it is
+(a ctypes-backed view such as llama-cpp-python's logits, ``np.frombuffer``, a memoryview, a
+read-only or memory-mapped array); a byte-swapped one raises :class:`lmtail.DTypeError`.
+``threads`` is None (the core's default) or an integer in [1, 1024].
 
 Semantics shared by all backends:
 
@@ -23,7 +26,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import _backend
+from . import _backend, _core
 from ._validate import finite_float, float32_array, precision_arg, q5k_weight, threads_arg, token_ids
 from .errors import BackendError, NonFiniteLogitsError, ParameterError, ShapeError
 
@@ -57,16 +60,38 @@ def _norm(kind: str, x, gamma, eps, backend: str) -> np.ndarray:
         raise ParameterError(f"eps: expected >= 0; found {eps}")
     out = np.empty_like(x2)
     getattr(impl, kind)(x2, g, out, eps)
+    if backend != "cpu" and not _core.all_finite(out, 0):
+        # The device kernels poison a row whose mean of squares overflowed with NaN (the CPU
+        # kernels and metal-emu's host code raise themselves): a finite input row with a
+        # non-finite output is that overflow.
+        for t in range(x2.shape[0]):
+            if not np.isfinite(out[t]).all() and np.isfinite(x2[t]).all():
+                raise NonFiniteLogitsError(f"{kind}: row {t}: the mean of the squares overflowed float32 (max |x| = "
+                                           f"{float(np.max(np.abs(x2[t]))):g}); the row would normalise to all zeros")
     return out.reshape(x.shape)
 
 
 def rms_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-5, *, backend: str = "cpu") -> np.ndarray:
-    """RMSNorm of each row: ``x / sqrt(mean(x^2) + eps) * gamma`` (ggml's CPU arithmetic)."""
+    """RMSNorm of each row: ``x / sqrt(mean(x^2) + eps) * gamma`` (ggml's CPU arithmetic).
+
+    Fails closed where ggml is silent: a finite row whose float squares or mean overflow float32
+    (any ``|x| >~ 1.8e19``: ggml's scale becomes 0 and the row all zeros), or whose
+    ``mean(x^2) + eps`` is 0 (an all-zero row with ``eps=0``), raises
+    :class:`lmtail.NonFiniteLogitsError` naming the row. On metal-emu the sum of squares is a
+    float sum, so it overflows sooner (a row of ``|x| >~ 1e17`` at 6656 columns) and raises the
+    same. Rows that already hold NaN/Inf give NaN/Inf (the caller's finite checks own them);
+    every other row's bytes are unchanged.
+    """
     return _norm("rms_norm", x, gamma, eps, backend)
 
 
 def layer_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1e-5, *, backend: str = "cpu") -> np.ndarray:
-    """LayerNorm of each row without bias: ``(x - mean) / sqrt(var + eps) * gamma`` (sums in double)."""
+    """LayerNorm of each row without bias: ``(x - mean) / sqrt(var + eps) * gamma`` (sums in double).
+
+    Fails closed as :func:`rms_norm` does: a finite row whose variance overflows float32 (the
+    row would normalise to zeros) or whose ``var + eps`` is 0 (a constant row with ``eps=0``)
+    raises :class:`lmtail.NonFiniteLogitsError`; rows holding NaN/Inf propagate them.
+    """
     return _norm("layer_norm", x, gamma, eps, backend)
 
 

@@ -50,10 +50,14 @@ int default_threads();
 
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * gamma   (gamma may be null: no scale)
 // Sum of squares in double, in index order (cols is small; this is the accuracy-first choice).
+// Throws NonFiniteError for a finite row whose mean of squares overflows float (ggml then
+// outputs all zeros, silently) or whose mean + eps is 0; rows holding NaN/Inf propagate them.
+// Rows before the failing one are already written.
 void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
 
 // y[t, :] = (x[t, :] - mean) / sqrt(var + eps) * gamma   (LayerNorm without bias; gamma may be null)
-// Mean and variance accumulated in double in index order.
+// Mean and variance accumulated in double in index order. Throws NonFiniteError for a finite
+// row whose variance overflows float or whose var + eps is 0, as rms_norm does.
 void layer_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
 
 // Activation precision of the Q5_K matvec (see docs/DESIGN.md, "Canonical order").
