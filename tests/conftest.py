@@ -21,6 +21,21 @@ if _hyp_settings is not None:
     _hyp_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lmtail"))
 
 
+def pytest_configure(config):
+    # Fetch progress goes to the terminal even while pytest captures output (collection).
+    capman = config.pluginmanager.getplugin("capturemanager")
+    tr = config.pluginmanager.getplugin("terminalreporter")
+    if capman is None or tr is None:
+        return
+
+    def announce(msg):
+        with capman.global_and_fixture_disabled():
+            tr.write_line("")
+            tr.write_line(msg, bold=True)
+
+    _lib.ANNOUNCE = announce
+
+
 def pytest_collect_file(file_path, parent):
     # Inputs fetched on first use, before the module that needs them is imported (both are
     # cached in the checkout, git-ignored). The llama.cpp sources fetch themselves when a test

@@ -160,3 +160,25 @@ def test_demo_runs_small():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "per-stage median ms" in r.stdout and "GB/s" in r.stdout
+
+
+def test_suite_is_time_limited_and_derandomized(pytestconfig):
+    # A hang must fail with its name (pytest-timeout, from the [test] extra, configured in
+    # pyproject.toml), and property tests must draw the same examples on every run.
+    assert pytestconfig.pluginmanager.hasplugin("timeout"), "pytest-timeout is not installed (pip install '.[test]')"
+    assert 0 < float(pytestconfig.getini("timeout")) <= 900
+    assert pytestconfig.getini("timeout_method") == "thread"
+    hypothesis = pytest.importorskip("hypothesis")
+    s = hypothesis.settings.default
+    assert s.derandomize and s.database is None and s.deadline is None and s.print_blob
+
+
+def test_a_hang_fails_fast_with_its_name(tmp_path):
+    pytest.importorskip("pytest_timeout")
+    (tmp_path / "test_hang.py").write_text("def test_spins_forever():\n    while True:\n        pass\n")
+    # The repository's pytest configuration, its limit shortened for the test.
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
+                        "--rootdir", str(tmp_path), "-o", "timeout=2", str(tmp_path / "test_hang.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "Timeout" in r.stdout + r.stderr and "test_spins_forever" in r.stdout + r.stderr

