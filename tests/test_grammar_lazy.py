@@ -138,7 +138,9 @@ def test_backtracking_pattern_is_linear():
 
 @pytest.mark.parametrize("pattern", [
     "(", "a)", "[a", "*a", "a**", "a{2,1}", "+", "a{", "x{99999}", "\\", "\\q", "\\u00e9", "\\x4",
-    "\\1", "(a)\\1", "(?=a)", "(?!a)b", "(?<=a)b", "(?<!a)b", "(?P<n>a)", "^*", "[z-a]", "[\\d-z]", "\\cé",
+    "\\1", "(a)\\1", "(?<=a)b", "(?<!a)b", "(?P<n>a)", "^*", "[z-a]", "[\\d-z]", "\\cé",
+    # lookahead bodies must be literal (fixed-length alternatives of bytes/classes), unquantified
+    "(?=a+)", "(?!a*)b", "(?!(a))b", "(?=(?:ab))", "(?!a(?!b))", "(?=^a)", "(?!a$)", "(?!a)*", "a(?=b)+", "(?!ab",
 ])  # fmt: skip
 def test_bad_trigger_patterns_are_grammar_errors(pattern):
     with pytest.raises(GrammarError):
@@ -326,3 +328,197 @@ def test_word_triggers_with_an_empty_word_fire_at_once():
     m = LazyGrammarMatcher(g, VOCAB, trigger_words=["", "x"])
     m.accept(tid(b"abc"))
     assert not m.awaiting_trigger and m.is_complete()
+
+
+# -- lookahead over literals (llama.cpp's own chat parsers use it in trigger patterns) ---------
+
+FUNCTIONARY = ">>>(?!all)"  # common/parsers/functionary-v3-2.cpp
+MUSE = ("(?:^|<\\|start\\|>assistant)( to=(?!self<\\|message\\|>)(?!user<\\|message\\|>)[^<]*?"
+        "<\\|message\\|>)")  # common/parsers/muse-glimmer.cpp
+LOOK_CASES = {
+    "functionary": (FUNCTIONARY, 'root ::= ">>>" [a-z_]* "\\n" [ -~\\n]*', "hi >>>all\nsure >>>get_time\n{}"),
+    "muse": (MUSE, 'root ::= " to=" [a-z.]+ "<|message|>" [ -~]*',
+             "<|start|>assistant to=self<|message|>hi<|end|><|start|>assistant to=user<|message|>yo<|end|>"
+             "<|start|>assistant to=functions.f<|message|>{\"a\":1}"),
+    # the lookahead literal inside one token (" ball") or split across two ("b" + "all")
+    "negative": ("b(?!all)", 'root ::= "b" [a-z ]*', "a ball, ball and bus"),
+    "positive": ("b(?=all)", 'root ::= "b" [a-z ]*', "a bat, bus and ball"),
+}
+
+
+def _lazy_fire(path, grammar: bytes, pattern: bytes, text: bytes):
+    """In the oracle's child: for each split point k, llama.cpp's tokens of text[:k] then of
+    text[k:]; accept them into a lazy grammar sampler until its mask stops allowing everything.
+    Returns (tokens, fired after this many tokens or None, that mask packed)."""
+    import ctypes
+
+    from oracle import grammar as og
+    from oracle.vocab import Vocab as OVocab
+
+    out = []
+    with OVocab(path) as v:
+        lc = v._lc
+        pats = (ctypes.c_char_p * 1)(pattern)
+        toks0 = (ctypes.c_int * 1)()
+        for k in range(1, len(text)):
+            toks = og._tokenize_inproc(v, text[:k]) + og._tokenize_inproc(v, text[k:])
+            smpl = lc.llama_sampler_init_grammar_lazy_patterns(v._vocab, grammar, b"root", pats, 1, toks0, 0)
+            assert smpl
+            s = og._Sampler.__new__(og._Sampler)
+            s.lc, s.v, s.smpl, s.n = lc, v, smpl, v.n_tokens
+            s.arr = np.zeros(s.n, dtype=og._TD)
+            s.ids = np.arange(s.n, dtype=np.int32)
+            fired = None
+            for i in range(len(toks) + 1):
+                m = s.mask()
+                if not m.all():
+                    fired = (i, np.packbits(m))
+                    break
+                if i < len(toks):
+                    s.accept(toks[i])
+            s.free()
+            out.append((toks, None if fired is None else fired[0], None if fired is None else fired[1]))
+    return out
+
+
+@pytest.mark.parametrize("case", list(LOOK_CASES))
+def test_lookahead_triggers_match_llama(case):
+    # every split of the text into two tokenized halves (inside ">>>", inside the lookahead
+    # literal, ...): the trigger fires after the same token as llama.cpp's, with the same mask
+    # there (the grammar replayed from the same start)
+    import os
+
+    from oracle import _lib
+    from oracle.grammar import _with_alarm
+    from oracle.vocab import _isolated
+
+    _lib.require()
+    path = _path("gpt-2")
+    if path is None:
+        pytest.skip("ggml-vocab-gpt-2.gguf not found")
+    pattern, grammar, text = LOOK_CASES[case]
+    runs = _isolated(_with_alarm, 300, _lazy_fire, os.fspath(path), grammar.encode(), pattern.encode(), text.encode())
+    v = _vocab()
+    g = Grammar.parse(grammar)
+    n_fired = 0
+    for toks, fired, packed in runs:
+        m = LazyGrammarMatcher(g, v, trigger_patterns=[pattern])
+        got = None
+        for i, t in enumerate(toks):
+            m.accept(t, check=False)
+            if not m.awaiting_trigger:
+                got = i + 1
+                break
+        assert got == fired, (toks, got, fired)
+        if fired is not None:
+            n_fired += 1
+            assert np.array_equal(m.mask(), np.unpackbits(packed)[: v.n_vocab].astype(bool)), toks
+    assert n_fired > len(runs) // 2
+
+
+def test_lookahead_at_the_end_of_the_buffer():
+    # std::regex tests the lookahead on the buffer as it stands: (?!all) holds before "all" is
+    # complete (">>>", ">>>al"), so the trigger fires at once unless the whole literal arrives
+    # in the same token; (?=all) fails until the literal is complete
+    def fire(pattern, chunks):
+        rx = TriggerRegex(pattern)
+        st, buf = rx.initial, b""
+        for i, c in enumerate(chunks):
+            buf += c
+            st, seen = rx.feed(st, c)
+            if seen or rx.at_end(st):
+                return i, rx.trigger_start(buf)
+        return None
+
+    assert fire(b">>>(?!all)", [b"x>>", b">"]) == (1, 1)
+    assert fire(b">>>(?!all)", [b"x>>", b">al"]) == (1, 1)
+    assert fire(b">>>(?!all)", [b"x>>", b">all", b"!"]) is None
+    assert fire(b">>>(?!all)", [b">>>all>", b">>f"]) == (1, 6)
+    assert fire(b"a(?=bc)", [b"xa", b"b", b"c"]) == (2, 1)
+    assert fire(b"a(?=b|cd)", [b"xac", b"d"]) == (1, 1)
+    assert fire(b"a(?![bc]d|e)x?$", [b"xab", b"d"]) is None
+    assert fire(b"(?!)|z", [b"ab", b"z"]) == (1, 2)  # an empty negative body never holds
+    assert fire(b"q(?=)", [b"ab", b"q"]) == (1, 2)
+
+
+_LOOKS = ["(?!ab)", "(?=a)", "(?!a|bc)", "(?=[ab]c|x)", "(?!b)", "(?=\\s)", "(?!c )", "(?!abc)", "(?=ab|ba)",
+          "(?!a[bc]a)", "(?=bca)"]  # fmt: skip
+
+
+def _rlook(r, d=0):
+    # patterns with lookaheads: the random patterns above, lookaheads spliced in
+    k = r.random()
+    if d > 2 or k < 0.3:
+        return r.choice(_LOOKS) + _rpat(r, 2)
+    if k < 0.6:
+        return _rlook(r, d + 1) + r.choice(_LOOKS) + _rpat(r, d + 1)
+    if k < 0.75:
+        return "(" + _rlook(r, d + 1) + "|" + _rpat(r, d + 1) + ")"
+    if k < 0.85:
+        return "(?:" + _solid(r, d + 1) + r.choice(_LOOKS) + ")" + r.choice(["*", "+", "{1,2}", "+?"])
+    return _solid(r, d + 1) + r.choice(_LOOKS) + _rlook(r, d + 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lookahead_automaton_agrees_with_backtracking(seed):
+    # streams split into random tokens: the trigger fires at the first token where Python's re
+    # finds a match in the buffer as it stands, at the same start
+    import random
+
+    r = random.Random(1000 + seed)
+    n_fired = n_pending = 0
+    for _ in range(300):
+        pat = _rlook(r)
+        if r.random() < 0.15:
+            pat = "^" + pat + "$"
+        rx = TriggerRegex(pat.encode())
+        text = "".join(r.choice("aabbcx \n") for _ in range(r.randint(0, 14))).encode()
+        st, buf, i = rx.initial, b"", 0
+        while True:
+            # a lookahead still undecided where a token ends
+            n_pending += any(th[1] for d in st if d is not None for th in d.heads)
+            n = r.randint(0, 3)
+            chunk = text[i : i + n]
+            i += n
+            buf += chunk
+            st, seen = rx.feed(st, chunk)
+            found = seen or rx.at_end(st)
+            if not buf and "\\B" in pat:
+                break
+            want = _python_find(pat.encode(), buf)
+            assert found == (want is not None), (pat, buf)
+            if found:
+                assert rx.trigger_start(buf) == want, (pat, buf)
+                n_fired += 1
+            if found or i >= len(text):
+                break
+    assert n_fired > 80 and n_pending > 30
+
+
+def test_lookahead_is_linear():
+    # a pending lookahead per position (every "a" starts one): bounded work per byte
+    g = Grammar.parse('root ::= "a"* "c"')
+    m = LazyGrammarMatcher(g, VOCAB, trigger_patterns=["(a+)(?!aaaa)(?=a)c|a(?!a)c"])
+    a = tid(b"a")
+    for n in range(1, 1001):
+        m.accept(a)
+        assert m.awaiting_trigger
+        assert m.steps <= 60 * n, (n, m.steps)
+    m.accept(tid(b"c"))
+    assert not m.awaiting_trigger
+
+
+def test_lookahead_snapshot_round_trip():
+    # a detection state with a pending constraint survives snapshot/restore and is validated
+    g = Grammar.parse('root ::= "<" [a-z]+')
+    m = LazyGrammarMatcher(g, VOCAB, trigger_patterns=["c(?!all)x|<"])
+    m.accept(tid(b"c"))
+    m.accept(tid(b"a"))
+    good = m.snapshot()
+    other = LazyGrammarMatcher(g, VOCAB, trigger_patterns=["c(?!all)x|<"])
+    with pytest.raises(ParameterError):
+        m.restore(good._replace(detection=other.snapshot().detection))
+    m.restore(good)
+    assert m.awaiting_trigger
+    m.accept(tid(b"<"))
+    assert not m.awaiting_trigger

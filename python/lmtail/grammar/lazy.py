@@ -21,8 +21,9 @@ every token -- quadratic in the output, and exponential for a backtracking patte
 and the trigger-words pattern are searched incrementally (only the bytes that can complete a new
 occurrence are looked at), and every other pattern runs on :mod:`.regex`'s automaton, advanced
 over each new piece only, with one linear pass over the buffer when it fires.  The answers are
-llama.cpp's (see :mod:`.regex` for the pattern subset; backreferences and lookaround are refused
-with :class:`~lmtail.errors.GrammarError` when the matcher is built).
+llama.cpp's (see :mod:`.regex` for the pattern subset: lookahead over literal text is run with
+``std::regex``'s answer on the buffer as it stands at each token; backreferences, lookbehind and
+other lookaheads are refused with :class:`~lmtail.errors.GrammarError` when the matcher is built).
 
 Errors: a malformed or unsupported pattern is a :class:`~lmtail.errors.GrammarError`; a token or
 trigger token that is not an integer id in the vocabulary, a pattern or word that is not

@@ -21,12 +21,20 @@ time linear in the output:
 Supported: literals and escapes (``\\n \\r \\t \\f \\v \\0 \\xHH \\uHHHH`` (<= 0x7F) ``\\cX``, an
 escaped non-alphanumeric), ``.`` (any byte but ``\\n``/``\\r``, as libstdc++), classes ``[...]``
 and ``[^...]`` with ranges and ``\\d \\D \\w \\W \\s \\S`` (ASCII, C locale), ``(...)``, ``(?:...)``,
-``|``, ``* + ? {n} {n,} {n,m}`` and their lazy ``?`` forms, ``^ $ \\b \\B``.  Refused with
-:class:`~lmtail.errors.GrammarError` at construction: backreferences and lookaround (a linear-time
-matcher cannot run them), and anything malformed.  Known differences from libstdc++: bytes are
-compared unsigned in class ranges (libstdc++ compares ``char``, signed on x86), and a capture
-group inside a repeated group keeps the value from the last iteration that set it (ECMAScript
-clears it at each iteration) -- neither occurs in the trigger patterns chat templates use.
+``|``, ``* + ? {n} {n,} {n,m}`` and their lazy ``?`` forms, ``^ $ \\b \\B``, and lookahead
+``(?=B)`` / ``(?!B)`` whose body ``B`` is literal: alternatives of fixed-length sequences of bytes,
+escapes and classes (llama.cpp's functionary ``>>>(?!all)`` and muse-glimmer triggers).  As in
+``std::regex``, the lookahead sees the text as it stands: at the end of the untriggered buffer a
+body that cannot be complete there fails, so ``(?!all)`` holds after ``>>>`` and after ``>>>al``
+(the trigger fires unless "all" arrives in the token that completes ``>>>``) and ``(?=all)`` waits
+for the whole literal.  Detection threads carry the pending lookaheads (bounded state, see
+:class:`TriggerRegex`), so the cost per byte stays constant.  Refused with
+:class:`~lmtail.errors.GrammarError` at construction: backreferences, lookbehind and lookahead
+with any other body (a linear-time matcher cannot run them), and anything malformed.  Known
+differences from libstdc++: bytes are compared unsigned in class ranges (libstdc++ compares
+``char``, signed on x86), and a capture group inside a repeated group keeps the value from the
+last iteration that set it (ECMAScript clears it at each iteration) -- neither occurs in the
+trigger patterns chat templates use.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ MAX_PROGRAM = 20_000  # NFA instructions per pattern ({n,m} copies its operand)
 MAX_DFA_STATES = 2_000  # cached DFA states per pattern; the cache is flushed when full
 _MAX_DEPTH = 200  # nesting of groups
 
-_CHAR, _SPLIT, _JMP, _SAVE, _ASSERT, _MATCH = range(6)
+_CHAR, _SPLIT, _JMP, _SAVE, _ASSERT, _MATCH, _LOOK = range(7)
 _BOL, _EOL, _WORDB, _NWORDB = range(4)
 _START, _WORD, _OTHER, _END = range(4)  # class of the byte before / after a position
 
@@ -72,6 +80,8 @@ class _Parser:
         self.p = pat
         self.i = 0
         self.ngroups = 0
+        # lookaheads: (positive, alternatives), each alternative a tuple of byte masks
+        self.looks: list[tuple[bool, tuple[tuple[int, ...], ...]]] = []
 
     def fail(self, msg: str, at: int | None = None):
         at = self.i if at is None else at
@@ -105,7 +115,7 @@ class _Parser:
             atom = self.term(depth)
             q = self.quantifier()
             if q is not None:
-                if atom[0] == "assert":
+                if atom[0] in ("assert", "look"):
                     self.fail("nothing to repeat", start)
                 atom = ("rep", atom, *q)
             items.append(atom)
@@ -174,9 +184,11 @@ class _Parser:
             if self.p[self.i : self.i + 2] == b"?:":
                 self.i += 2
                 idx = None
+            elif self.p[self.i : self.i + 2] in (b"?=", b"?!"):
+                return self.lookahead(depth, at)
             elif self.peek() == 0x3F:  # '?'
-                if self.p[self.i : self.i + 2] in (b"?=", b"?!") or self.p[self.i : self.i + 3] in (b"?<=", b"?<!"):
-                    self.fail("lookaround is not supported (a linear-time matcher cannot run it)", at)
+                if self.p[self.i : self.i + 3] in (b"?<=", b"?<!"):
+                    self.fail("lookbehind is not supported (a linear-time matcher cannot run it)", at)
                 self.fail("unsupported group syntax '(?'", at)
             else:
                 self.ngroups += 1
@@ -209,6 +221,27 @@ class _Parser:
             return ("set", 1 << self.escape(in_class=False))
         self.i += 1
         return ("set", 1 << c)
+
+    def lookahead(self, depth: int, at: int):
+        """``(?=...)`` / ``(?!...)`` at ``self.i`` (past the '('): the body must be an alternation
+        of fixed-length sequences of single bytes or classes, so a thread checks it with bounded
+        state while it consumes the text (see ``TriggerRegex``)."""
+        positive = self.p[self.i + 1] == 0x3D
+        self.i += 2
+        groups = self.ngroups
+        body = self.disjunction(depth + 1)
+        if self.peek() != 0x29:
+            self.fail("missing ')'", at)
+        self.i += 1
+        alts = body[1] if body[0] == "alt" else [body]
+        out = []
+        for a in alts:
+            if self.ngroups != groups or any(x[0] != "set" for x in a[1]):
+                self.fail("a lookahead body must be literal text (bytes, escapes, classes, '|'); "
+                          "other lookaheads cannot run in linear time", at)
+            out.append(tuple(x[1] for x in a[1]))
+        self.looks.append((positive, tuple(out)))
+        return ("look", len(self.looks) - 1)
 
     def escape(self, in_class: bool) -> int:
         """The byte of the escape at ``self.i`` (the backslash); advances past it."""
@@ -323,6 +356,8 @@ def _compile(node, prog: list, pat: bytes) -> None:
             emit([_SAVE, 2 * n[1] + 1])
         elif kind == "assert":
             emit([_ASSERT, n[1]])
+        elif kind == "look":
+            emit([_LOOK, n[1]])
         elif kind == "rep":
             _, body, lo, hi, greedy = n
             for _ in range(lo):
@@ -353,7 +388,7 @@ class _DState:
 
     def __init__(self, owner: "TriggerRegex", heads: frozenset, ctx: int):
         self.owner = owner
-        self.heads = heads
+        self.heads = heads  # threads (pc, constraints); see TriggerRegex
         self.ctx = ctx
         self.trans: dict[int, tuple[_DState, bool]] = {}
         self.end: bool | None = None
@@ -368,6 +403,15 @@ class TriggerRegex:
     if the text ended here.  ``trigger_start(buf)`` is llama.cpp's ``find`` on the whole text
     (None when nothing matches); it is linear and is called once, when a trigger fires.
     ``steps`` counts the work done (bytes fed plus NFA states visited while building DFA states).
+
+    Lookahead: a detection thread is ``(pc, constraints)``; passing ``(?=B)``/``(?!B)`` adds the
+    constraint ``(look, offset, alive)`` (``alive``: bit set of B's alternatives still matching
+    the bytes since), advanced by every byte the thread consumes.  B matching kills a negative
+    constraint's thread and discharges a positive one; B failing does the reverse.  A thread that
+    reaches MATCH with constraints pending waits for them.  At the end of the text a pending
+    constraint is decided as ``std::regex`` decides it on the text as it stands: B cannot match
+    there, so negative ones hold and positive ones fail.  Offsets stay below B's length, so the
+    state is bounded and the cost per byte stays constant.
     """
 
     def __init__(self, pattern: bytes):
@@ -377,17 +421,22 @@ class TriggerRegex:
         p = _Parser(pattern)
         ast = p.parse()
         self.ngroups = p.ngroups
+        self.looks = p.looks
+        self._look_empty = [any(len(a) == 0 for a in alts) for _, alts in self.looks]
+        self._look_len = [max(len(a) for a in alts) for _, alts in self.looks]
         prog: list = []
         _compile(ast, prog, pattern)
         prog.append([_MATCH])
         self.prog = [tuple(x) for x in prog]
+        self._match_pc = len(prog) - 1
         self.full = pattern[:1] == b"^" and pattern[-1:] == b"$"
         self.steps = 0
         self._dfa: dict[tuple, _DState] = {}
         # detection states: one per mode; the full-match mode (regex_match) only for ^...$
-        self.initial = (self._dstate(frozenset(), _START), self._dstate(frozenset([0]), _START) if self.full else None)
+        self.initial = (self._dstate(frozenset(), _START),
+                        self._dstate(frozenset([(0, ())]), _START) if self.full else None)  # fmt: skip
 
-    # -- detection (DFA over sets of NFA states) ---------------------------------------------
+    # -- detection (DFA over sets of NFA threads) --------------------------------------------
 
     def _dstate(self, heads: frozenset, ctx: int) -> _DState:
         key = (heads, ctx)
@@ -398,48 +447,101 @@ class TriggerRegex:
             d = self._dfa[key] = _DState(self, heads, ctx)
         return d
 
-    def _closure(self, heads, prev: int, nxt: int) -> tuple[list[int], bool]:
-        """CHAR instructions reachable from ``heads`` at a position between bytes of class
-        ``prev`` and ``nxt`` (assertions decided there), and whether MATCH is reachable."""
+    def _advance(self, cons: tuple, b: int) -> tuple | None:
+        """Lookahead constraints after consuming byte ``b``; None when one of them fails."""
+        out = []
+        for lid, off, alive in cons:
+            positive, alts = self.looks[lid]
+            hit = False
+            left = 0
+            j = 0
+            a = alive
+            while a:
+                if a & 1:
+                    alt = alts[j]
+                    if alt[off] >> b & 1:
+                        if len(alt) == off + 1:
+                            hit = True
+                        else:
+                            left |= 1 << j
+                a >>= 1
+                j += 1
+            if hit or not left:  # the body matched (hit) or cannot match any more
+                if hit != positive:
+                    return None
+            else:
+                out.append((lid, off + 1, left))
+        return tuple(out)
+
+    def _closure(self, heads, prev: int, nxt: int) -> tuple[list, list, bool]:
+        """Threads at CHAR instructions reachable from ``heads`` at a position between bytes of
+        class ``prev`` and ``nxt`` (assertions decided there), threads waiting at MATCH on
+        lookahead constraints, and whether a match is complete here."""
         prog = self.prog
         seen = set()
         todo = list(heads)
-        chars: list[int] = []
+        chars: list = []
+        waiting: list = []
         matched = False
         wprev = prev == _WORD
         wnext = nxt == _WORD
+        at_end = nxt == _END
         while todo:
-            pc = todo.pop()
-            if pc in seen:
+            th = todo.pop()
+            if th in seen:
                 continue
-            seen.add(pc)
+            seen.add(th)
+            pc, cons = th
             ins = prog[pc]
             op = ins[0]
             if op == _CHAR:
-                chars.append(pc)
+                chars.append(th)
             elif op == _SPLIT:
-                todo.append(ins[1])
-                todo.append(ins[2])
+                todo.append((ins[1], cons))
+                todo.append((ins[2], cons))
             elif op == _JMP:
-                todo.append(ins[1])
+                todo.append((ins[1], cons))
             elif op == _SAVE:
-                todo.append(pc + 1)
+                todo.append((pc + 1, cons))
             elif op == _ASSERT:
                 k = ins[1]
-                if (k == _BOL and prev == _START) or (k == _EOL and nxt == _END) or \
+                if (k == _BOL and prev == _START) or (k == _EOL and at_end) or \
                         (k == _WORDB and wprev != wnext) or (k == _NWORDB and wprev == wnext):
-                    todo.append(pc + 1)
-            else:
+                    todo.append((pc + 1, cons))
+            elif op == _LOOK:
+                lid = ins[1]
+                positive = self.looks[lid][0]
+                if self._look_empty[lid] or at_end:  # decided here: B matches iff it can be empty
+                    if self._look_empty[lid] == positive:
+                        todo.append((pc + 1, cons))
+                else:
+                    c = (lid, 0, (1 << len(self.looks[lid][1])) - 1)
+                    todo.append((pc + 1, cons if c in cons else tuple(sorted((*cons, c)))))
+            elif not cons or (at_end and not any(self.looks[c[0]][0] for c in cons)):
                 matched = True
+            else:
+                waiting.append(cons)
         self.steps += len(seen)
-        return chars, matched
+        return chars, waiting, matched
 
     def _step(self, d: _DState, b: int, search: bool) -> tuple[_DState, bool]:
-        heads = d.heads | {0} if search else d.heads
-        chars, matched = self._closure(heads, d.ctx, _WORD if _IS_WORD[b] else _OTHER)
+        heads = d.heads | {(0, ())} if search else d.heads
+        chars, waiting, matched = self._closure(heads, d.ctx, _WORD if _IS_WORD[b] else _OTHER)
         prog = self.prog
-        nxt = frozenset(pc + 1 for pc in chars if prog[pc][1] >> b & 1)
-        r = (self._dstate(nxt, _WORD if _IS_WORD[b] else _OTHER), matched)
+        nxt = set()
+        for pc, cons in chars:
+            if prog[pc][1] >> b & 1:
+                c = self._advance(cons, b) if cons else cons
+                if c is not None:
+                    nxt.add((pc + 1, c))
+        if search:  # (a full match must end at the end of the text: waiting there is useless)
+            for cons in waiting:
+                c = self._advance(cons, b)
+                if c == ():
+                    matched = True  # the match before ``b`` is now confirmed
+                elif c is not None:
+                    nxt.add((self._match_pc, c))
+        r = (self._dstate(frozenset(nxt), _WORD if _IS_WORD[b] else _OTHER), matched)
         d.trans[b] = r
         return r
 
@@ -462,13 +564,14 @@ class TriggerRegex:
         return (ds, df), seen
 
     def at_end(self, state) -> bool:
-        """Would a match exist if the text ended here (``$`` true, ``\\b`` against the end)?"""
+        """Would a match exist if the text ended here (``$`` true, ``\\b`` against the end,
+        lookaheads against nothing)?"""
         out = False
         for d, search in zip(state, (True, False)):
             if d is None:
                 continue
             if d.end is None:
-                d.end = self._closure(d.heads | {0} if search else d.heads, d.ctx, _END)[1]
+                d.end = self._closure(d.heads | {(0, ())} if search else d.heads, d.ctx, _END)[2]
             out = out or d.end
         return out
 
@@ -479,9 +582,17 @@ class TriggerRegex:
         ds, df = state
         n = len(self.prog)
 
+        def ok_cons(cons) -> bool:
+            return type(cons) is tuple and all(
+                type(c) is tuple and len(c) == 3 and all(type(x) is int for x in c) and
+                0 <= c[0] < len(self.looks) and 0 <= c[1] < self._look_len[c[0]] and
+                0 < c[2] < 1 << len(self.looks[c[0]][1]) for c in cons)  # fmt: skip
+
         def ok(d) -> bool:
             return isinstance(d, _DState) and d.owner is self and d.ctx in (_START, _WORD, _OTHER) and \
-                type(d.heads) is frozenset and all(type(pc) is int and 0 <= pc < n for pc in d.heads)
+                type(d.heads) is frozenset and all(
+                    type(th) is tuple and len(th) == 2 and type(th[0]) is int and 0 <= th[0] < n and ok_cons(th[1])
+                    for th in d.heads)  # fmt: skip
 
         return ok(ds) and ((df is None) if not self.full else ok(df))
 
@@ -527,6 +638,13 @@ class TriggerRegex:
                     if (k == _BOL and prev == _START) or (k == _EOL and nxt == _END) or \
                             (k == _WORDB and (prev == _WORD) != (nxt == _WORD)) or \
                             (k == _NWORDB and (prev == _WORD) == (nxt == _WORD)):
+                        stack.append((pc + 1, caps))
+                elif op == _LOOK:
+                    # the whole text is here: std::regex's test on the text as it stands
+                    positive, alts = self.looks[ins[1]]
+                    self.steps += self._look_len[ins[1]]
+                    hit = any(len(a) <= n - i and all(m >> buf[i + k] & 1 for k, m in enumerate(a)) for a in alts)
+                    if hit == positive:
                         stack.append((pc + 1, caps))
                 else:
                     lst.append((pc, caps))
