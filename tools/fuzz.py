@@ -353,9 +353,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rep = fuzz(name, seconds=a.seconds, seed=a.seed, runs=a.runs, timeout=a.timeout, findings=a.findings,
                    targets_dir=a.targets_dir)
+        # Typed errors one_input let through (a target that handles them itself reports none).
         refused = ", ".join(f"{k} {v}" for k, v in sorted(rep.refused.items(), key=lambda kv: -kv[1]))
         print(f"fuzz {name}: {rep.inputs} inputs in {rep.seconds:.1f} s ({rep.inputs / max(rep.seconds, 1e-9):.0f}/s), "
-              f"seed {a.seed}; {'FINDING ' + rep.kind if rep.finding else 'no finding'}; refused: {refused or 'none'}")
+              f"seed {a.seed}; {'FINDING ' + rep.kind if rep.finding else 'no finding'}"
+              + (f"; refused with: {refused}" if refused else ""))
         if rep.finding:
             status = 1
     return status
