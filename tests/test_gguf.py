@@ -924,3 +924,100 @@ def test_eog_differential_vs_llama_cpp(tmp_path, data):
         assert set(theirs) <= set(ours)
     else:
         assert ours == theirs
+
+
+# ---- entry points refuse non-files and non-paths (issue 18 items 8, 9, 12) ----------------------
+
+import contextlib
+import signal
+
+from lmtail.grammar import Vocab
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Fail (instead of hanging the suite) when the body blocks, e.g. in open() of a FIFO: the
+    SIGALRM handler raises, which interrupts the blocked system call (PEP 475)."""
+
+    def fire(signum, frame):
+        raise TimeoutError(f"blocked for more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _head_from_gguf(p):
+    import lmtail
+
+    return lmtail.Head.from_gguf(p)
+
+
+_ENTRY_POINTS = [GGUFFile, load_head_spec, Vocab.from_gguf, _head_from_gguf]
+_ENTRY_IDS = ["GGUFFile", "load_head_spec", "Vocab.from_gguf", "Head.from_gguf"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no os.mkfifo on this platform")
+@pytest.mark.parametrize("entry", _ENTRY_POINTS, ids=_ENTRY_IDS)
+def test_fifo_is_refused_without_blocking(tmp_path, entry):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    with _deadline(5.0), pytest.raises(GGUFError, match="is a FIFO; expected a regular GGUF file"):
+        entry(fifo)
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS, ids=_ENTRY_IDS)
+def test_directory_and_device_are_refused(tmp_path, entry):
+    with pytest.raises(GGUFError, match="is a directory"):
+        entry(tmp_path)
+    if os.path.exists("/dev/null"):
+        with _deadline(5.0), pytest.raises(GGUFError, match="is a character device"):
+            entry("/dev/null")
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS[:3], ids=_ENTRY_IDS[:3])  # Head.from_gguf: the head module's
+@pytest.mark.parametrize("bad", [None, 3, 1.5, ["a.gguf"]], ids=["None", "int", "float", "list"])
+def test_non_path_is_a_parameter_error(entry, bad):
+    with pytest.raises(ParameterError, match="expected a GGUF file path"):
+        entry(bad)
+
+
+def test_symlink_and_bytes_path_to_a_regular_file_load(tmp_path):
+    p = gu.write_gguf(tmp_path / "v.gguf", "llama", gu.vocab_kv(gu.filler_tokens(5)))
+    link = tmp_path / "link.gguf"
+    link.symlink_to(p)
+    assert Vocab.from_gguf(link).n_vocab == 5
+    assert GGUFFile(os.fsencode(p)).path == str(p)
+
+
+def test_vocab_short_token_type_array_is_a_gguf_error(tmp_path):
+    kv = gu.vocab_kv(gu.filler_tokens(6))
+    kv["tokenizer.ggml.token_type"] = KV([1, 1, 1], "ARRAY", "INT32")
+    p = gu.write_gguf(tmp_path / "v.gguf", "llama", kv)
+    with pytest.raises(GGUFError, match=r"'tokenizer.ggml.token_type' has 3 elements for 6 tokens; expected >= 6"):
+        Vocab.from_gguf(p)
+    kv["tokenizer.ggml.token_type"] = KV([1] * 6 + [3, 3], "ARRAY", "INT32")  # longer: llama.cpp reads the first n
+    v = Vocab.from_gguf(gu.write_gguf(tmp_path / "w.gguf", "llama", kv))
+    assert v.n_vocab == 6 and v.types.tolist() == [1] * 6
+
+
+@pytest.mark.parametrize("key", ["tokenizer.ggml.pre", "tokenizer.ggml.model"])
+@pytest.mark.parametrize("value", [KV(["default", "x"], "ARRAY", "STRING"), KV([1, 2], "ARRAY", "INT32"), u32(7)],
+                         ids=["str-array", "int-array", "uint32"])
+def test_vocab_string_keys_of_another_type_are_gguf_errors(tmp_path, key, value):
+    kv = gu.vocab_kv(gu.filler_tokens(6), model="gpt2")
+    kv[key] = value
+    p = gu.write_gguf(tmp_path / "v.gguf", "llama", kv)
+    with pytest.raises(GGUFError, match=re.escape(f"key {key!r} has type") + ".*expected STRING"):
+        Vocab.from_gguf(p)
+
+
+def test_vocab_string_keys_stop_at_nul(tmp_path):
+    kv = gu.vocab_kv(gu.filler_tokens(6), model="gpt2")
+    kv["tokenizer.ggml.model"] = KV(b"gpt2\0junk", "STRING")  # llama.cpp's std::string from c_str()
+    v = Vocab.from_gguf(gu.write_gguf(tmp_path / "v.gguf", "llama", kv))
+    assert v.n_vocab == 6

@@ -23,6 +23,7 @@ import lmtail
 from lmtail import ops
 from lmtail.errors import LmtailError, NonFiniteLogitsError, ParameterError
 
+import _metal_testing
 from _util import q5k_matrix
 
 pytestmark = pytest.mark.skipif("metal-emu" not in lmtail.backends(), reason="built without LMTAIL_EMU")
@@ -36,10 +37,8 @@ def me():
 
     m = _core.metal_emu
     m.configure("forward", 1, "raise")
-    m.set_debug([], -1)
     yield m
     m.configure("forward", 1, "raise")
-    m.set_debug([], -1)
 
 
 def under_orders(me, fn):
@@ -282,9 +281,14 @@ def test_head_on_metal_emu(me):
 # ---- emulator faults (never hangs) ---------------------------------------------------------------
 
 
-def test_kernel_faults_raise(me):
+def test_kernel_faults_raise():
+    # The faulty kernels are planted bugs: only the test-only module has them (tests/_metal_testing.py).
+    if _metal_testing.unavailable():
+        pytest.skip(f"test-only module _lmtail_testing: {_metal_testing.unavailable()}")
+    me = _metal_testing.load().metal_emu
+    me.configure("forward", 1, "raise")
     out = np.zeros(64, dtype=np.uint32)
-    with pytest.raises(LmtailError, match=r"returned while .* wait at threadgroup_barrier metal/debug.metal:\d+"):
+    with pytest.raises(LmtailError, match=r"returned while .* wait at threadgroup_barrier tests/metal/debug.metal:\d+"):
         me.dispatch("debug_divergent_barrier", [1], [64], {0: out})
     f = np.zeros(64, dtype=np.float32)
     with pytest.raises(LmtailError, match="32 KiB"):
@@ -343,3 +347,80 @@ def test_unimplemented_op_raises_backend_error(me):
     if hasattr(ops, "layer_norm"):  # an op added for the CPU only so far
         with pytest.raises(BackendError):
             ops.layer_norm(np.ones((1, 8), np.float32), backend=EMU)
+
+
+# ---- no test hooks in what lmtail ships (issue 19 item 8) ------------------------------------------
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HOOKS = ("set_debug", "dispatch", "barrier_names")
+
+
+def test_shipped_modules_hold_no_test_hooks():
+    from lmtail import _core
+
+    for sub in ("metal_emu", "metal"):
+        mod = getattr(_core, sub, None)
+        if mod is not None:
+            assert [h for h in _HOOKS if hasattr(mod, h)] == [], sub
+    kernels = _core.metal_emu.kernels()
+    assert kernels and all(k["file"].startswith("metal/") for k in kernels)
+    assert not [k["name"] for k in kernels if k["name"].startswith("debug_")]
+    # The shipped binary holds neither the planted kernels nor the barrier switch (strings a build
+    # with them would contain: kernel names in the emulator's registry, the env var's name).
+    blob = open(_core.__file__, "rb").read()
+    for needle in (b"debug_argmax_f32_phase1_nobarrier", b"debug_plant_nan_f32", b"PLANTED", b"SKIP_BARRIERS",
+                   b"skip_barriers"):
+        assert needle not in blob, needle
+    assert hasattr(_core, "read_bytes_checksum")  # the bandwidth probe stays reachable (lmtail bench)
+
+
+def test_shipped_metal_emu_ignores_the_old_barrier_switch(me, monkeypatch):
+    # The shipped host code used to drop every barrier when LMTAIL_METAL_SKIP_BARRIERS=1.
+    x = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
+    monkeypatch.setenv("LMTAIL_METAL_SKIP_BARRIERS", "1")
+    assert ops.argmax(x, backend=EMU) == ops.argmax(x)
+    assert ops.softcap(x, 0.5, 20.0, backend=EMU).tobytes() == ops.softcap(x, 0.5, 20.0).tobytes()
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(REPO, "CMakeLists.txt")), reason="source tree not available")
+def test_sources_keep_the_test_hooks_test_only():
+    from pathlib import Path
+
+    root = Path(REPO)
+    # Kernel sources of the metallib and of the shipped emulator: metal/*.metal, no planted bug.
+    assert not (root / "metal" / "debug.metal").exists()
+    for f in (root / "metal").glob("*.metal"):
+        text = f.read_text()
+        assert "PLANTED" not in text and "kernel void debug_" not in text, f
+    # CMake: the planted bugs, LMTAIL_METAL_TESTING and _lmtail_testing appear only inside the
+    # LMTAIL_TESTING block, which refuses a scikit-build (pip / wheel) configure.
+    cm = "\n".join(ln for ln in (root / "CMakeLists.txt").read_text().splitlines() if not ln.lstrip().startswith("#"))
+    start = cm.index("option(LMTAIL_TESTING")
+    block = cm[start:]
+    for needle in ("tests/metal", "debug.metal", "LMTAIL_METAL_TESTING", "_lmtail_testing"):
+        assert needle not in cm[:start], needle
+    guard = block.index("if(LMTAIL_TESTING)")
+    assert block[guard:].split("\n")[1].strip() == "if(SKBUILD)" and "FATAL_ERROR" in block[guard:guard + 200]
+    assert "install(" not in block
+    # Host code: no environment switch, and every hook behind LMTAIL_METAL_TESTING (which the
+    # header refuses outside the emulator build).
+    for f in sorted((root / "csrc" / "metal").glob("*")) + sorted((root / "csrc" / "bindings").glob("*")):
+        text = f.read_text()
+        assert "getenv" not in text and "SKIP_BARRIERS" not in text, f
+    backend = (root / "csrc" / "metal" / "backend.hpp").read_text()
+    assert '#if defined(LMTAIL_METAL_TESTING) && !defined(LMTAIL_METAL_EMU)\n#error' in backend
+    # Public headers: the bandwidth probe is internal.
+    for f in (root / "csrc" / "include").rglob("*"):
+        if f.is_file():
+            assert "read_bytes_checksum" not in f.read_text(), f
+
+
+def test_installed_headers_hold_no_probe():
+    from pathlib import Path
+
+    inc = Path(lmtail.__file__).parent / "include"
+    if not inc.is_dir():
+        pytest.skip("this install has no headers")
+    for f in inc.rglob("*"):
+        if f.is_file():
+            assert "read_bytes_checksum" not in f.read_text(errors="replace"), f

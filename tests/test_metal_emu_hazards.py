@@ -8,6 +8,12 @@
   kernel gives identical bytes under every order.
 * The greedy latch is proven in the kernel: a NaN planted between the head and the argmax makes
   the raw phase-2 slot 0xFFFFFFFF.
+
+The planted bugs and the hooks that plant them (``set_debug``, ``dispatch``) exist only in the
+test-only module ``_lmtail_testing`` (tests/_metal_testing.py builds it from this checkout with
+CMake ``LMTAIL_TESTING=ON``), which holds its own copy of the emulator, host code and kernels; these
+tests run on it as backend ``metal-emu-testing``. The shipped ``metal-emu`` has no hooks
+(tests/test_metal_emu.py::test_shipped_modules_hold_no_test_hooks).
 """
 
 from __future__ import annotations
@@ -19,17 +25,21 @@ import lmtail
 from lmtail import ops
 from lmtail.errors import HazardError, LmtailError, NonFiniteLogitsError
 
+import _metal_testing
 from _util import q5k_matrix
 
-pytestmark = pytest.mark.skipif("metal-emu" not in lmtail.backends(), reason="built without LMTAIL_EMU")
-EMU = "metal-emu"
+pytestmark = [
+    pytest.mark.skipif("metal-emu" not in lmtail.backends(), reason="built without LMTAIL_EMU"),
+    pytest.mark.skipif(_metal_testing.unavailable() is not None,
+                       reason=f"test-only module _lmtail_testing: {_metal_testing.unavailable()}"),
+]
+EMU = _metal_testing.backend_name()
 
 
 @pytest.fixture
-def me():
-    from lmtail import _core
-
-    m = _core.metal_emu
+def me(monkeypatch):
+    _metal_testing.register(monkeypatch)
+    m = _metal_testing.load().metal_emu
     m.configure("forward", 1, "raise")
     m.set_debug([], -1)
     m.take_hazards()
@@ -43,15 +53,29 @@ def test_hazard_error_is_lmtail_error():
     assert issubclass(HazardError, LmtailError)
 
 
-def test_skip_all_barriers_env_raises(me, monkeypatch):
+def test_skip_all_barriers_raises(me):
     x = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
-    monkeypatch.setenv("LMTAIL_METAL_SKIP_BARRIERS", "1")
+    me.set_debug(["all"], -1)
     with pytest.raises(HazardError):
         ops.argmax(x, backend=EMU)
     with pytest.raises(HazardError):
         ops.softcap(x, 0.5, 20.0, backend=EMU)
-    monkeypatch.setenv("LMTAIL_METAL_SKIP_BARRIERS", "0")
+    me.set_debug([], -1)
     assert ops.argmax(x, backend=EMU) == ops.argmax(x)
+
+
+def test_testing_module_is_its_own_emulator(me):
+    """Hooks set on the test module never reach the shipped metal-emu (a separate emulator)."""
+    from lmtail import _core
+
+    x = np.random.default_rng(0).standard_normal(5000).astype(np.float32)
+    me.set_debug(["all"], -1)
+    assert ops.argmax(x, backend="metal-emu") == ops.argmax(x)
+    names = {k["name"] for k in me.kernels()}
+    assert "debug_argmax_f32_phase1_nobarrier" in names and "argmax_f32_phase1" in names
+    assert not any(k["name"].startswith("debug_") for k in _core.metal_emu.kernels())
+    me.configure("reverse", 3, "snapshot")
+    assert _core.metal_emu.config()["order"] == "forward"
 
 
 def test_phase_barrier_removed(me):

@@ -113,7 +113,7 @@ void bind_cuda(py::module_ &m) {
         lmt::cuda::launch_rms_norm(dx.as<float>(), a.gamma ? dg.as<float>() : nullptr, dy.as<float>(), (int)a.T,
                                    (int)a.cols, eps, 0);
         check(cudaMemcpy(a.out, dy.p, bytes, cudaMemcpyDeviceToHost));
-    });
+    }, py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
     sub.def("matvec_q5_k", [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int, const std::string &) {
         const int64_t rows = dim(w, 0, "w"), T = dim(x, 0, "x");
         const size_t row_bytes = (size_t)cols / 256 * 176;
@@ -125,8 +125,9 @@ void bind_cuda(py::module_ &m) {
         lmt::cuda::launch_mul_mv_q5_K(dw.as<uint8_t>(), row_bytes, (int)rows, (int)cols, dx.as<float>(), (int)T,
                                       dy.as<float>(), dscr.p, 0);
         check(cudaMemcpy(data_of<float>(out, "out", true), dy.p, T * rows * 4, cudaMemcpyDeviceToHost));
-    });
-    sub.def("scale", [](py::array &x, float s, int) { unary(x, s, 0.0f, 0); });
+    }, py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto");
+    sub.def("scale", [](py::array &x, float s, int) { unary(x, s, 0.0f, 0); }, py::arg("x"), py::arg("s"),
+            py::arg("threads") = 0);
     sub.def("tanh", [](py::array &x, int) {
         float *h = data_of<float>(x, "x", true);
         const int64_t n = (int64_t)x.size();
@@ -135,8 +136,9 @@ void bind_cuda(py::module_ &m) {
         // tanh alone = soft cap with scale 1, cap 1 is not the same expression; use the unary kernel path
         lmt::cuda::launch_tanh(d.as<float>(), n, 0);
         check(cudaMemcpy(h, d.p, n * 4, cudaMemcpyDeviceToHost));
-    });
-    sub.def("softcap", [](py::array &x, float s, float cap, bool four_pass, int) { unary(x, s, cap, four_pass ? 2 : 3); });
+    }, py::arg("x"), py::arg("threads") = 0);
+    sub.def("softcap", [](py::array &x, float s, float cap, bool four_pass, int) { unary(x, s, cap, four_pass ? 2 : 3); },
+            py::arg("x"), py::arg("s"), py::arg("cap"), py::arg("four_pass") = true, py::arg("threads") = 0);
     auto argmax_impl = [](const py::array &x, const py::object &excl, py::array &out, bool greedy) {
         const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
         uint32_t *op = lmt::bind::out_of<uint32_t>(out, "out", {r.R});
@@ -154,10 +156,11 @@ void bind_cuda(py::module_ &m) {
                                       dout.as<uint32_t>(), 0);
         check(cudaMemcpy(op, dout.p, R * 4, cudaMemcpyDeviceToHost));
     };
-    sub.def("argmax_rows", [argmax_impl](const py::array &x, py::array &out, int) { argmax_impl(x, py::none(), out, false); });
+    sub.def("argmax_rows", [argmax_impl](const py::array &x, py::array &out, int) { argmax_impl(x, py::none(), out, false); },
+            py::arg("x"), py::arg("out"), py::arg("threads") = 0);
     sub.def("greedy_argmax_rows", [argmax_impl](const py::array &x, const py::array &excl, py::array &out, int) {
         argmax_impl(x, excl, out, true);
-    });
+    }, py::arg("x"), py::arg("excluded"), py::arg("out"), py::arg("threads") = 0);
     sub.def("topk_rows", [](const py::array &x, int64_t k, py::array &ids, py::array &vals, int) {
         const lmt::bind::RowsArg r = lmt::bind::rows_arg(x);
         if (k > 2048) throw py::value_error("cuda topk: k must be <= 2048");
@@ -170,7 +173,7 @@ void bind_cuda(py::module_ &m) {
                                     dv.as<float>(), 0);
         check(cudaMemcpy(ip, di.p, R * k * 4, cudaMemcpyDeviceToHost));
         check(cudaMemcpy(vp, dv.p, R * k * 4, cudaMemcpyDeviceToHost));
-    });
+    }, py::arg("x"), py::arg("k"), py::arg("ids"), py::arg("values"), py::arg("threads") = 0);
 
     py::class_<lmt::cuda::DeviceHead>(sub, "DeviceHead")
         .def(py::init([](const py::array &w, int cols, const py::object &gamma, int norm_kind, float eps, float scale,
@@ -197,14 +200,16 @@ void bind_cuda(py::module_ &m) {
                  const int T = (int)dim(out, 0, "out");
                  py::gil_scoped_release nogil;
                  h.read_logits(p, T);
-             })
+             },
+             py::arg("out"))
         .def("read_row",
              [](lmt::cuda::DeviceHead &h, int t, py::array &out) {
                  float *p = data_of<float>(out, "out", true);
                  if (out.size() != h.rows()) throw std::invalid_argument("read_row: expected one row of the head's rows");
                  py::gil_scoped_release nogil;
                  h.read_row(t, p);
-             })
+             },
+             py::arg("t"), py::arg("out"))
         .def("greedy",
              [](lmt::cuda::DeviceHead &h, const py::array &excl, py::array &out) {
                  auto mask = exclusion_mask(excl, h.rows());
@@ -212,7 +217,8 @@ void bind_cuda(py::module_ &m) {
                  const int T = (int)out.size();
                  py::gil_scoped_release nogil;
                  h.greedy(mask, T, p);
-             })
+             },
+             py::arg("excluded"), py::arg("out"))
         .def("topk",
              [](lmt::cuda::DeviceHead &h, int k, py::array &ids, py::array &vals) {
                  uint32_t *ip = data_of<uint32_t>(ids, "ids", true);
@@ -220,7 +226,8 @@ void bind_cuda(py::module_ &m) {
                  const int T = (int)dim(ids, 0, "ids");
                  py::gil_scoped_release nogil;
                  h.topk(T, k, ip, vp);
-             })
+             },
+             py::arg("k"), py::arg("ids"), py::arg("values"))
         .def_property_readonly("bytes_read_back", &lmt::cuda::DeviceHead::bytes_read_back);
 }
 #else

@@ -45,6 +45,7 @@ inline MatvecIn matvec_in(const py::array &w, int64_t cols, const py::array &x, 
                     rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes, data_of<float>(x, "x", false)};
 }
 
+#if defined(LMTAIL_METAL_TESTING)
 inline uint32_t barrier_mask(const std::vector<std::string> &names) {
     uint32_t m = 0;
     for (const auto &n : names) {
@@ -62,9 +63,11 @@ inline uint32_t barrier_mask(const std::vector<std::string> &names) {
     }
     return m;
 }
+#endif
 
 
-// Every op, the whole-tail graph and the host-code debug switches, on submodule `e`.
+// Every op and the whole-tail graph on submodule `e`; in the test build (LMTAIL_METAL_TESTING:
+// module _lmtail_testing only) also the test hooks: set_debug, barrier_names, dispatch.
 inline void bind_ops(py::module_ &e) {
     // ---- ops: the _core CPU signatures ----
     e.def(
@@ -236,6 +239,17 @@ inline void bind_ops(py::module_ &e) {
         "The tail as one concurrent-encoder graph. Returns (result slots uint32 (T,), gathered embedding rows or "
         "None, logits: a read-only zero-copy view of the retained shared logits buffer when logits_view, else None).");
 
+    e.def("device_name", &be::device_name);
+    e.def("set_library_path", &be::set_library_path, py::arg("path"),
+          "Where the kernel library (lmtail.metallib) is; read when the device context is first created.");
+    e.def("set_source_dir", &be::set_source_dir, py::arg("kernels_dir"), py::arg("include_dir"),
+          "Development fallback, read when the context is first created: without a metallib at the library "
+          "path, compile every kernels_dir/*.metal at run time (lmtail headers inlined from include_dir).");
+    e.def("library_origin", &be::library_origin,
+          "Where the context's kernels came from: 'metallib:<path>' or 'source:<n> files from <dir>'.");
+
+#if defined(LMTAIL_METAL_TESTING)
+    // ---- test hooks (never in a shipped module) ----
     e.def(
         "set_debug",
         [](const std::vector<std::string> &skip_barriers, int64_t plant_nan) {
@@ -245,19 +259,14 @@ inline void bind_ops(py::module_ &e) {
         py::arg("skip_barriers") = std::vector<std::string>{}, py::arg("plant_nan") = -1,
         "Debug switches of the host code: barriers to omit (names from barrier_names(), or 'all'), and an index "
         "of the head graph's logits to overwrite with NaN after the head (-1: none).");
-    e.def("barrier_names", [] {
-        std::vector<std::string> v;
-        for (const auto &[n, bit] : be::barrier_names()) v.push_back(n);
-        return v;
-    });
-    e.def("device_name", &be::device_name);
-    e.def("set_library_path", &be::set_library_path, py::arg("path"),
-          "Where the kernel library (lmtail.metallib) is; read when the device context is first created.");
-    e.def("set_source_dir", &be::set_source_dir, py::arg("kernels_dir"), py::arg("include_dir"),
-          "Development fallback, read when the context is first created: without a metallib at the library "
-          "path, compile every kernels_dir/*.metal at run time (lmtail headers inlined from include_dir).");
-    e.def("library_origin", &be::library_origin,
-          "Where the context's kernels came from: 'metallib:<path>' or 'source:<n> files from <dir>'.");
+    e.def(
+        "barrier_names",
+        [] {
+            std::vector<std::string> v;
+            for (const auto &[n, bit] : be::barrier_names()) v.push_back(n);
+            return v;
+        },
+        "Names of the encoders' barriers, for set_debug(skip_barriers=...).");
     e.def(
         "dispatch",
         [](const std::string &kernel, std::vector<uint32_t> groups, std::vector<uint32_t> threads, const py::dict &bufs) {
@@ -285,6 +294,7 @@ inline void bind_ops(py::module_ &e) {
         py::arg("kernel"), py::arg("groups"), py::arg("threads"), py::arg("buffers"),
         "Run one kernel: buffers maps a buffer index to a numpy array (copied in; copied back when writable) or "
         "bytes (setBytes).");
+#endif
 }
 
 }  // namespace

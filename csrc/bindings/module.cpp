@@ -13,6 +13,7 @@
 #include <string>
 
 #include "bindings/array_args.hpp"
+#include "cpu/bandwidth.hpp"  // read_bytes_checksum: internal, not in the public cpu.hpp
 #include "lmtail/cpu.hpp"
 #include "lmtail/head.hpp"
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/bandwidth.hpp"
 #include "cpu/internal.hpp"
 
 namespace lmt::cpu {

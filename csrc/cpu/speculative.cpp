@@ -153,7 +153,7 @@ namespace {
 // time (ifunc). Measured per 202048-entry row, one thread, cache-resident: two SSE2 passes 58 us,
 // double lanes 115 us; see docs/DESIGN.md for the fused pass.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(__SANITIZE_ADDRESS__)
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // an instrumented ifunc resolver crashes
 __attribute__((target_clones("avx2", "default")))
 #endif
 void chunk_stats(const float *x, size_t lo, size_t hi, double *sum, uint32_t *n_bad) {

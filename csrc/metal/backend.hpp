@@ -21,10 +21,18 @@
 #define LMT_METAL_NS metal_emu
 #endif
 
+// Test hooks (planted bugs: barriers removed, a NaN written into the logits, raw dispatches)
+// exist only with LMTAIL_METAL_TESTING, which only CMake's test-only target
+// _lmtail_testing (LMTAIL_TESTING=ON, tests/_metal_testing.py) defines, and only on top of the
+// emulator: the shipped host code -- backend "metal" and backend "metal-emu" -- has none.
+#if defined(LMTAIL_METAL_TESTING) && !defined(LMTAIL_METAL_EMU)
+#error "LMTAIL_METAL_TESTING: the test hooks exist only in the emulator build"
+#endif
+
 namespace lmt::LMT_METAL_NS {
 
-// Named barriers of the encoders, so a test can remove one (planted bug) and watch the
-// emulator's hazard checker catch it. LMTAIL_METAL_SKIP_BARRIERS=1 removes all of them.
+// Named barriers of the encoders, so the test build can remove one (a planted bug) and watch
+// the emulator's hazard checker catch it; in the shipped builds every barrier is always encoded.
 enum Barrier : uint32_t {
     kBarrierNormHead = 1u << 0,     // rms_norm -> head
     kBarrierHeadScale = 1u << 1,    // head -> x*scale
@@ -33,15 +41,17 @@ enum Barrier : uint32_t {
     kBarrierSoftcapCap = 1u << 4,   // tanh -> x*cap
     kBarrierCapArgmax = 1u << 5,    // last logits write -> argmax phase 1
     kBarrierArgmaxPhases = 1u << 6, // phase 1 -> phase 2 (partials)
-    kBarrierDebugPlant = 1u << 7,   // debug NaN plant -> its neighbours
+    kBarrierDebugPlant = 1u << 7,   // (test build) planted NaN -> its neighbours
 };
-const std::vector<std::pair<std::string, uint32_t>> &barrier_names();
 
+#if defined(LMTAIL_METAL_TESTING)
+const std::vector<std::pair<std::string, uint32_t>> &barrier_names();
 struct Debug {
     uint32_t skip_barriers = 0;  // mask of Barrier
     int64_t plant_nan = -1;      // head graph: write NaN into logits[plant_nan] after the head
 };
 Debug &debug();
+#endif
 
 // Device name, and where the kernels come from; both read when the device context is first
 // created. The metallib at `path` when that file exists; otherwise, when a source directory is
@@ -105,6 +115,7 @@ struct SharedView {
 void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embed_out, bool raw,
                  SharedView *logits_view = nullptr);
 
+#if defined(LMTAIL_METAL_TESTING)
 // A raw dispatch for tests: bind host arrays (copied in, copied back when `write_back`) or bytes.
 struct RawArg {
     int index;
@@ -115,5 +126,6 @@ struct RawArg {
 };
 void dispatch_raw(const std::string &kernel, const uint32_t groups[3], const uint32_t threads[3],
                   const std::vector<RawArg> &args);
+#endif
 
 }  // namespace lmt::LMT_METAL_NS

@@ -58,8 +58,7 @@ struct Wrapped {
 };
 Wrapped wrap_readonly(Context &c, const void *p, size_t bytes, const char *label);
 
-// memoryBarrier(resources) over `bufs`, unless the debug mask or LMTAIL_METAL_SKIP_BARRIERS=1
-// removes this barrier.
+// memoryBarrier(resources) over `bufs` (`which` names it: only the test build can remove it).
 void barrier(MTL::ComputeCommandEncoder *enc, std::initializer_list<const MTL::Buffer *> bufs, Barrier which);
 
 // One command buffer with one concurrent compute encoder: encode, commit, wait.

@@ -16,12 +16,14 @@ namespace lmt::LMT_METAL_NS {
 NS::SharedPtr<MTL::Buffer> upload_excluded(Context &c, const uint32_t *ids, int64_t n, uint32_t *n_out);  // argmax.cpp
 
 namespace {
+#if defined(LMTAIL_METAL_TESTING)
 void encode_plant_nan(Context &c, MTL::ComputeCommandEncoder *enc, View x, uint32_t index) {
     enc->setComputePipelineState(c.pipeline("debug_plant_nan_f32"));
     enc->setBuffer(x.buf, x.offset, 0);
     enc->setBytes(&index, sizeof index, 1);
     enc->dispatchThreadgroups(size3(1), size3(1));
 }
+#endif
 
 void encode_get_rows(Context &c, MTL::ComputeCommandEncoder *enc, View table, View ids, View out, uint32_t table_rows,
                      uint32_t dim, uint32_t n_ids) {
@@ -60,7 +62,9 @@ void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embe
         table = c.upload(a.embed, (size_t)(a.embed_rows * a.embed_dim) * sizeof(float), "embedding");
         gathered = c.buffer((size_t)(T * a.embed_dim) * sizeof(float), "next_embedding");
     }
+#if defined(LMTAIL_METAL_TESTING)
     const int64_t plant = debug().plant_nan;
+#endif
 
     run_concurrent(c, [&](MTL::ComputeCommandEncoder *enc) {
         View x{hidden.get(), 0};
@@ -73,10 +77,12 @@ void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embe
         barrier(enc, {lg.get()}, kBarrierHeadScale);
         encode_softcap(c, enc, View{lg.get(), 0}, T * rows, a.scale, a.cap, true);
         barrier(enc, {lg.get()}, kBarrierCapArgmax);
-        if (plant >= 0) {  // debug hook: a NaN between the head and the argmax
+#if defined(LMTAIL_METAL_TESTING)
+        if (plant >= 0) {  // test hook: a NaN between the head and the argmax
             encode_plant_nan(c, enc, View{lg.get(), 0}, (uint32_t)std::min<int64_t>(plant, (int64_t)T * rows - 1));
             barrier(enc, {lg.get()}, kBarrierDebugPlant);
         }
+#endif
         encode_greedy_argmax(c, enc, View{lg.get(), 0}, rows, T, View{excl.get(), 0}, n_excl, s, View{slot.get(), 0});
         if (a.embed) {
             barrier(enc, {slot.get()}, kBarrierArgmaxPhases);
@@ -109,6 +115,7 @@ void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embe
     publish();
 }
 
+#if defined(LMTAIL_METAL_TESTING)
 void dispatch_raw(const std::string &kernel, const uint32_t groups[3], const uint32_t threads[3],
                   const std::vector<RawArg> &args) {
     Context &c = context();
@@ -128,5 +135,6 @@ void dispatch_raw(const std::string &kernel, const uint32_t groups[3], const uin
     for (size_t i = 0; i < args.size(); ++i)
         if (!args[i].is_bytes && args[i].write_back) std::memcpy(args[i].data, bufs[i]->contents(), args[i].bytes);
 }
+#endif
 
 }  // namespace lmt::LMT_METAL_NS

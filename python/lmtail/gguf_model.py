@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
+import stat
 import struct
 from array import array
 from collections.abc import Mapping, Sequence
@@ -257,6 +258,28 @@ def _dec(b: bytes) -> str:
     return b.decode("utf-8", "surrogateescape")
 
 
+def _check_path(path: Any) -> str:
+    """``os.fspath(path)``, or ParameterError for anything that is not a path (None, an int)."""
+    if isinstance(path, bytes):
+        return os.fsdecode(path)
+    try:
+        return os.fspath(path)
+    except TypeError:
+        raise ParameterError(
+            f"path: expected a GGUF file path (str or os.PathLike); found {type(path).__name__}"
+        ) from None
+
+
+def _require_regular(path: str, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+            else "a character device" if stat.S_ISCHR(st.st_mode) else "a block device" if stat.S_ISBLK(st.st_mode)
+            else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file"
+        )
+        raise GGUFError(f"{path}: is {kind}; expected a regular GGUF file")
+
+
 class GGUFFile:
     """A parsed, memory-mapped GGUF file.
 
@@ -272,16 +295,28 @@ class GGUFFile:
         alignment, data_offset (absolute start of the data section), file_size.
 
     The map stays alive as long as any view into it does; there is nothing to close.
+
+    ``path`` must name a regular file (a FIFO, device or directory raises GGUFError before
+    anything is read: a FIFO would block forever); anything that is not a path raises
+    ParameterError.  The file is memory-mapped, not copied: truncating it while a view is alive
+    makes a later read of the lost pages kill the process with SIGBUS (mmap semantics, as in
+    llama.cpp); replace a model file by renaming a new one over it, never rewrite it in place.
     """
 
     def __init__(self, path: str | os.PathLike):
-        self.path = os.fspath(path)
+        self.path = _check_path(path)
+        # Only a regular file: a FIFO would block open() (and read()) forever, a device or a
+        # directory is no GGUF. stat first for the clear message; open with O_NONBLOCK and
+        # fstat again so a path swapped for a FIFO in between cannot block either.
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            _require_regular(self.path, os.stat(self.path))
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except OSError as e:
             raise GGUFError(f"{self.path}: cannot open: {e.strerror or e}") from e
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            _require_regular(self.path, st)
+            size = st.st_size
             if size == 0:
                 raise GGUFError(f"{self.path}: empty file; expected a GGUF header (magic 'GGUF')")
             try:

@@ -124,8 +124,5 @@ void quantize_q5_k(const float *src, uint8_t *dst, int64_t rows, int64_t cols, i
 // Dequantisation, bit-identical to ggml's dequantize_row_q5_K (and gguf-py's dequantize).
 void dequantize_q5_k(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads = 0);
 
-// Sum of `bytes` bytes read with `n_threads` threads (benchmarks: measured read bandwidth).
-uint64_t read_bytes_checksum(const uint8_t *p, size_t bytes, int n_threads = 0);
-
 }  // namespace cpu
 }  // namespace lmt

@@ -147,14 +147,20 @@ class Vocab:
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "Vocab":
         """Read ``tokenizer.ggml.*`` from a GGUF file (a vocab-only file is fine)."""
-        from ..gguf_model import GGUFFile, eog_ids_from_kv, token_types, vocab_tokens
+        from ..gguf_model import _T_STRING, GGUFFile, _c_str, eog_ids_from_kv, token_types, vocab_tokens
 
-        f = GGUFFile(path)
+        f = GGUFFile(path)  # refuses a non-path (ParameterError) and anything but a regular file
         raw = vocab_tokens(f)
         if raw is None:
             raise GGUFError(f"{f.path}: no 'tokenizer.ggml.tokens'; expected a vocabulary")
-        model = f.kv.get("tokenizer.ggml.model")
-        pre = f.kv.get("tokenizer.ggml.pre") or ""
+
+        def string_key(key: str) -> str | None:
+            # llama.cpp's get_key: a STRING or an error; the text stops at a NUL (c_str()).
+            v = f.get_typed(key, _T_STRING)
+            return None if v is None else _c_str(v.encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+
+        model = string_key("tokenizer.ggml.model")
+        pre = string_key("tokenizer.ggml.pre") or ""
         n = len(raw)
         # std::string from c_str(): the text stops at a NUL; empty texts become [EMPTY_<i>]
         texts = []
@@ -168,6 +174,12 @@ class Vocab:
             attrs = [_A_NORMAL] * n
             types = np.full(n, TOKEN_NORMAL, np.int32)
         else:
+            if len(ttypes) < n:  # llama.cpp: "Index out of array bounds for toktypes"
+                raise GGUFError(
+                    f"{f.path}: key 'tokenizer.ggml.token_type' has {len(ttypes)} elements for {n} tokens; "
+                    f"expected >= {n} (llama.cpp refuses a shorter array)"
+                )
+            ttypes = ttypes[:n]
             types = ttypes.copy()
             attrs = [_TYPE_TO_ATTR.get(int(t), _A_UNDEFINED) for t in ttypes.tolist()]
         eog = eog_ids_from_kv(f)

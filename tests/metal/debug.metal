@@ -1,5 +1,6 @@
-// Debug hooks and planted bugs, used by the tests to prove that the emulator catches what it
-// claims to catch. Never dispatched by the production graph unless a debug switch asks.
+// Planted bugs and test hooks for the emulator tests (tests/test_metal_emu*.py): compiled only into
+// the test-only module _lmtail_testing (CMake LMTAIL_TESTING=ON), never into lmtail.metallib or
+// the shipped metal-emu backend. They prove that the emulator catches what it claims to catch.
 #include <metal_stdlib>
 
 #include "lmtail/kernel_abi.h"
