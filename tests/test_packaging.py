@@ -137,9 +137,17 @@ def test_committed_stubs_are_current(tmp_path):
     assert committed.is_file(), "python/lmtail/_core.pyi is missing: run tools/gen_stubs.sh"
     subprocess.run([stubgen, "-m", "lmtail._core", "-o", str(tmp_path)],
                    check=True, capture_output=True, text=True)
-    fresh = (tmp_path / "lmtail" / "_core.pyi").read_text()
+    fresh = (tmp_path / "lmtail" / "_core.pyi").read_text() + (ROOT / "tools" / "stub_submodules.pyi").read_text()
     assert fresh == committed.read_text(), "stale stubs: run tools/gen_stubs.sh and commit python/lmtail/_core.pyi"
     assert (ROOT / "python" / "lmtail" / "py.typed").is_file()
+    assert "arg0" not in fresh, "a bound function lacks py::arg names"
+    # The backend submodules type-check (they were missing from the stub: mypy attr-defined).
+    mypy = shutil.which("mypy")
+    if mypy is not None:
+        snip = tmp_path / "uses_submodules.py"
+        snip.write_text("import lmtail._core as c\nm = c.metal_emu\nprint(m.__name__, c.isa_name())\n")
+        r = subprocess.run([mypy, "--no-incremental", str(snip)], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_workflows_validate_against_the_github_schema():
