@@ -47,6 +47,12 @@ static inline uint32_t f32_bits(float x) {
 }
 // Non-finite test on the exponent bits: immune to -ffast-math style assumptions.
 static inline bool is_nonfinite(float x) { return (f32_bits(x) & 0x7F800000u) == 0x7F800000u; }
+// Serial scan of one row (the norms' overflow diagnosis tells a non-finite row from an overflow).
+static inline bool row_finite(const float *xr, int64_t cols) {
+    for (int64_t i = 0; i < cols; ++i)
+        if (is_nonfinite(xr[i])) return false;
+    return true;
+}
 
 // Per-block constants of the canonical Q5_K weight: w = fma(q, d1[j], -m1[j]) for sub-block j,
 // d1[j] = d * sc[j], m1[j] = dmin * m[j] (one rounding each, as ggml's dequantiser).

@@ -26,12 +26,6 @@ namespace {
                          ": var + eps is 0 (a constant row with eps = 0); its scale 1/sqrt(0) is infinite");
 }
 
-bool row_finite(const float *xr, int64_t cols) {
-    for (int64_t i = 0; i < cols; ++i)
-        if (is_nonfinite(xr[i])) return false;
-    return true;
-}
-
 }  // namespace
 
 void layer_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps) {

@@ -28,12 +28,6 @@ namespace {
                          ": mean(x^2) + eps is 0 (an all-zero row with eps = 0); its scale 1/sqrt(0) is infinite");
 }
 
-bool row_finite(const float *xr, int64_t cols) {
-    for (int64_t i = 0; i < cols; ++i)
-        if (is_nonfinite(xr[i])) return false;
-    return true;
-}
-
 }  // namespace
 
 void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps) {
