@@ -49,7 +49,9 @@ if [ $# -eq 0 ]; then
          tests/test_speculative.py tests/test_topk_route.py tests/test_metal_host.py tests/test_fuzz_corpus.py \
          -m "not slow" -q -p no:cacheprovider
 fi
-export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# allocator_may_return_null: an impossible allocation returns NULL as glibc's malloc does (numpy
+# then raises MemoryError, which the tests expect to become lmtail.ResourceError) instead of aborting.
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # The test-only emulator module (tests/_metal_testing.py) is built sanitized too, in its own tree.
 export LMTAIL_TESTING_CMAKE_ARGS="-DLMTAIL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 # Prove the sanitized module is the one imported (a shadowing install would make this run moot).

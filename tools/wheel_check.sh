@@ -60,5 +60,7 @@ done
 t2=$(date +%s)
 # From an empty directory: `import lmtail` must be the installed wheel, not the checkout.
 (cd "$WORK/run" && run bash "$ROOT/tools/wheel_tests.sh" "$ROOT")
+# The installed command works from the wheel alone.
+(cd "$WORK/run" && run lmtail --version && run lmtail bench --rows 4096 --cols 512 --repeat 1 --json >/dev/null)
 t3=$(date +%s)
 echo "wheel_check: passed: build $((t1 - t0)) s, repair + venv $((t2 - t1)) s, tests $((t3 - t2)) s"
