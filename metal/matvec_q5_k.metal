@@ -1,5 +1,5 @@
 // Q5_K LM-head matvec, logits[t, r] = sum_c dequant(W)[r, c] * x[t, c] (mirrors
-// csrc/cpu/matvec_q5_k.cpp; host code csrc/metal/matvec_q5_k.cpp).
+// csrc/cpu/types/q5_k/q5_k.cpp; host code csrc/metal/matvec_q5_k.cpp).
 //
 // Shape: two 32-lane SIMD-groups per threadgroup, one row per SIMD-group (the known-good shape
 // of ggml's kernel_mul_mv_q5_K_f32; alternatives not measured yet). Lane l owns weights

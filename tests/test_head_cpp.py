@@ -55,11 +55,17 @@ def test_bytes_equal_the_python_head_and_the_ops():
     assert np.array_equal(tid, rid) and np.array_equal(bits(tval), bits(rval))
 
 
+def test_constructor_refuses_types_the_cpu_does_not_run():
+    q = q5k_matrix(4, COLS)
+    a, _ = args(q, None)
+    for t in (3, 99):  # Q4_1 (a ggml type lmtail does not run), and no type at all
+        with pytest.raises(lmtail.UnsupportedError, match=f"weight type {t} .*not run by the cpu backend; it runs .*Q5_K"):
+            _core.CpuHead(*a, weight_type=t)
+
+
 @pytest.mark.parametrize(
     "change,match",
     [
-        ({"weight_type": 12}, "weight type 12"),
-        ({"weight_type": 8}, "supported: Q5_K"),
         ({"scale": 0.0}, "logit_scale"),
         ({"scale": float("inf")}, "logit_scale"),
         ({"cap": -1.0}, "softcap"),

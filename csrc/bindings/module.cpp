@@ -27,10 +27,11 @@ using lmt::cpu::Isa;
 namespace {
 
 lmt::cpu::Precision parse_precision(const std::string &s) {
+    if (s == "default") return lmt::cpu::Precision::Default;
     if (s == "f32") return lmt::cpu::Precision::F32;
     if (s == "i16") return lmt::cpu::Precision::I16;
     if (s == "i24") return lmt::cpu::Precision::I24;
-    throw lmt::ArgumentError("precision: expected 'f32', 'i16' or 'i24'; found '" + s + "'");
+    throw lmt::ArgumentError("precision: expected 'default', 'f32', 'i16' or 'i24'; found '" + s + "'");
 }
 
 // lmtail._core.CpuHead: lmt::Head (lmtail/head.hpp) for lmtail.Head(backend="cpu"). It holds a
@@ -93,9 +94,10 @@ void bind_cpu_head(py::module_ &m) {
                  o.threads = threads;
                  const int64_t rows = (int64_t)w.shape(0);
                  const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)w.shape(1);
-                 if ((int64_t)w.shape(1) != cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES || cols % LMT_QK_K)
+                 const auto wt = static_cast<lmt::WeightType>(weight_type);
+                 if ((size_t)w.shape(1) != lmt::cpu::row_bytes(wt, cols))
                      throw lmt::ArgumentError("weight: " + std::to_string(w.shape(1)) + " bytes per row do not hold " +
-                                              std::to_string(cols) + " Q5_K columns");
+                                              std::to_string(cols) + " " + lmt::weight_type_name(wt) + " columns");
                  auto h = std::make_unique<lmt::Head>(w.data(), static_cast<lmt::WeightType>(weight_type), rows, cols,
                                                       stride, o);
                  return PyCpuHead{py::reinterpret_borrow<py::object>(w), std::move(h)};
@@ -104,6 +106,8 @@ void bind_cpu_head(py::module_ &m) {
              py::arg("logit_scale"), py::arg("softcap"), py::arg("precision"), py::arg("threads"),
              py::arg("weight_type") = (int)lmt::WeightType::Q5_K)
         .def_property_readonly("rows", [](const PyCpuHead &h) { return h.head->rows(); })
+        .def_property_readonly("precision",
+                               [](const PyCpuHead &h) { return std::string(lmt::cpu::precision_name(h.head->precision())); })
         .def_property_readonly("cols", [](const PyCpuHead &h) { return h.head->cols(); })
         .def(
             "logits",
@@ -180,6 +184,9 @@ PYBIND11_MODULE(_core, m) {
             PyErr_SetString(cls.ptr(), e.what());
         } catch (const lmt::NonFiniteError &e) {
             py::object cls = py::module_::import("lmtail.errors").attr("NonFiniteLogitsError");
+            PyErr_SetString(cls.ptr(), e.what());
+        } catch (const lmt::UnsupportedError &e) {
+            py::object cls = py::module_::import("lmtail.errors").attr("UnsupportedError");
             PyErr_SetString(cls.ptr(), e.what());
         } catch (const lmt::ArgumentError &e) {
             py::object cls = py::module_::import("lmtail.errors").attr("ParameterError");
@@ -311,6 +318,83 @@ PYBIND11_MODULE(_core, m) {
         },
         py::arg("x"), py::arg("k"), py::arg("ids"), py::arg("values"), py::arg("threads") = 0);
 
+    m.def(
+        "cpu_types",
+        []() {
+            py::list out;
+            for (const lmt::WeightTypeInfo &i : lmt::kWeightTypes) {
+                if (!lmt::cpu::type_supported(i.type)) continue;
+                py::list precs;
+                const uint32_t bits = lmt::cpu::type_precisions(i.type);
+                for (int p = 0; p < 32; ++p)
+                    if (bits & (1u << p)) precs.append(lmt::cpu::precision_name((lmt::cpu::Precision)p));
+                py::dict d;
+                d["id"] = (int)i.type;
+                d["name"] = i.name;
+                d["block_elems"] = i.block_elems;
+                d["block_bytes"] = i.block_bytes;
+                d["precisions"] = precs;
+                d["default_precision"] = lmt::cpu::precision_name(lmt::cpu::default_precision(i.type));
+                out.append(d);
+            }
+            return out;
+        },
+        "The CPU column of the weight-type table: one dict per type the CPU runs (id, name, block "
+        "sizes, precisions, default precision).");
+    m.def(
+        "matvec",
+        [](const py::array &w, int dtype, int64_t cols, const py::array &x, py::array &out, int threads,
+           const std::string &isa, const std::string &precision) {
+            const auto wt = static_cast<lmt::WeightType>(dtype);
+            if (w.ndim() != 2) throw lmt::ArgumentError("w: expected 2-D (rows, row_bytes)");
+            lmt::bind::check_dtype<uint8_t>(w, "w");
+            if (w.strides(1) != 1 || w.strides(0) < 0) throw lmt::bind::DTypeError("w: rows must be contiguous bytes");
+            const int64_t rows = (int64_t)w.shape(0);
+            const int64_t row_bytes = (int64_t)lmt::cpu::row_bytes(wt, cols);
+            expect_shape(w, "w", {rows, row_bytes});
+            const int64_t T = dim(x, 0, "x");
+            expect_shape(x, "x", {T, cols});
+            expect_shape(out, "out", {T, rows});
+            const float *xp = data_of<float>(x, "x", false);
+            float *op = data_of<float>(out, "out", true);
+            const auto *wp = static_cast<const uint8_t *>(w.data());
+            const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
+            const Isa is = parse_isa(isa);
+            const lmt::cpu::Precision prec = parse_precision(precision);
+            py::gil_scoped_release nogil;
+            lmt::cpu::matvec(wt, wp, rows, cols, stride, xp, T, op, threads, is, prec);
+        },
+        py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0,
+        py::arg("isa") = "auto", py::arg("precision") = "default",
+        "out[t, r] = W[r] . x[t] for W of ggml type id `dtype` as raw bytes (rows, row_bytes).");
+    m.def(
+        "quantize",
+        [](int dtype, const py::array &src, py::array &dst, int threads) {
+            const auto wt = static_cast<lmt::WeightType>(dtype);
+            const int64_t rows = dim(src, 0, "src"), cols = dim(src, 1, "src");
+            expect_shape(src, "src", {rows, cols});
+            expect_shape(dst, "dst", {rows, (int64_t)lmt::cpu::row_bytes(wt, cols)});
+            const float *sp = data_of<float>(src, "src", false);
+            uint8_t *dp = data_of<uint8_t>(dst, "dst", true);
+            py::gil_scoped_release nogil;
+            lmt::cpu::quantize(wt, sp, dp, rows, cols, threads);
+        },
+        py::arg("dtype"), py::arg("src"), py::arg("dst"), py::arg("threads") = 0,
+        "ggml's reference quantizer for type id `dtype` (no importance matrix), byte for byte.");
+    m.def(
+        "dequantize",
+        [](int dtype, const py::array &src, py::array &dst, int threads) {
+            const auto wt = static_cast<lmt::WeightType>(dtype);
+            const int64_t rows = dim(src, 0, "src"), cols = dim(dst, 1, "dst");
+            expect_shape(src, "src", {rows, (int64_t)lmt::cpu::row_bytes(wt, cols)});
+            expect_shape(dst, "dst", {rows, cols});
+            const uint8_t *sp = data_of<uint8_t>(src, "src", false);
+            float *dp = data_of<float>(dst, "dst", true);
+            py::gil_scoped_release nogil;
+            lmt::cpu::dequantize(wt, sp, dp, rows, cols, threads);
+        },
+        py::arg("dtype"), py::arg("src"), py::arg("dst"), py::arg("threads") = 0,
+        "ggml's dequantize_row_* for type id `dtype`, bit for bit.");
     m.def(
         "quantize_q5_k",
         [](const py::array &src, py::array &dst, int threads) {

@@ -1,5 +1,5 @@
 // lmt::Head (csrc/include/lmtail/head.hpp): the CPU tail as one object. Every stage is an
-// existing kernel (rms_norm / layer_norm, matvec_q5_k, softcap, the selections), so the bytes
+// existing kernel (rms_norm / layer_norm, cpu::matvec, softcap, the selections), so the bytes
 // equal the op-by-op pipeline's; what this file adds is validation, the fail-closed checks
 // between stages and publish-after-check into the caller's buffers.
 #include "lmtail/head.hpp"
@@ -40,13 +40,6 @@ std::string num(float v) {
 
 }  // namespace
 
-const char *weight_type_name(WeightType type) {
-    switch (type) {
-        case WeightType::Q5_K: return "Q5_K";
-    }
-    return "unknown";
-}
-
 HeadWorkspace::HeadWorkspace(float *normed, size_t normed_floats, float *logits, size_t logits_floats)
     : normed_(normed), logits_(logits), normed_cap_(normed ? normed_floats : 0), logits_cap_(logits ? logits_floats : 0),
       owned_(false) {}
@@ -78,15 +71,13 @@ Head::Head(const void *weight, WeightType type, int64_t rows, int64_t cols, size
     : weight_(static_cast<const uint8_t *>(weight)), type_(type), rows_(rows), cols_(cols), row_stride_(row_stride),
       norm_(o.norm), eps_(o.eps), scale_(o.logit_scale), cap_(o.softcap), four_pass_(o.softcap_four_pass),
       precision_(o.precision), threads_(o.threads) {
-    if (type != WeightType::Q5_K)
-        bad_arg("weight type " + std::to_string((int)type) + " (" + weight_type_name(type) +
-                ") is not supported; supported: Q5_K (13)");
+    if (!cpu::type_supported(type))
+        throw UnsupportedError("Head: weight type " + std::to_string((int)type) + " (" +
+                                    weight_type_name(type) + ") is not run by the cpu backend");
     if (!weight) bad_arg("weight is null");
     if (rows < 1 || rows >= ((int64_t)1 << 31))
         bad_arg("rows must be in [1, 2^31) (token ids are 31-bit); found " + std::to_string(rows));
-    if (cols < 1 || cols % LMT_QK_K)
-        bad_arg("cols must be a positive multiple of " + std::to_string(LMT_QK_K) + "; found " + std::to_string(cols));
-    const size_t row_bytes = (size_t)(cols / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES;
+    const size_t row_bytes = cpu::row_bytes(type, cols);  // throws naming the type's block
     if (row_stride < row_bytes)
         bad_arg("row_stride " + std::to_string(row_stride) + " is below the row's " + std::to_string(row_bytes) +
                 " bytes");
@@ -104,8 +95,11 @@ Head::Head(const void *weight, WeightType type, int64_t rows, int64_t cols, size
         bad_arg("logit_scale must be finite and != 0; found " + num(o.logit_scale));
     if (!std::isfinite(o.softcap) || o.softcap < 0.0f)
         bad_arg("softcap must be finite and >= 0 (0 disables the cap); found " + num(o.softcap));
-    if (o.precision != cpu::Precision::F32 && o.precision != cpu::Precision::I16 && o.precision != cpu::Precision::I24)
-        bad_arg("precision: unknown value " + std::to_string((int)o.precision));
+    if (precision_ == cpu::Precision::Default) precision_ = cpu::default_precision(type);
+    const int pi = (int)precision_;
+    if (pi < 0 || pi > 31 || !(cpu::type_precisions(type) & (1u << pi)))
+        throw UnsupportedError(std::string("Head: precision ") + cpu::precision_name(precision_) +
+                                    " is not run for " + weight_type_name(type) + " on the cpu backend");
     if (o.threads < 0 || o.threads > kMaxThreads)
         bad_arg("threads must be 0 (default) or in [1, " + std::to_string(kMaxThreads) + "]; found " +
                 std::to_string(o.threads));
@@ -131,7 +125,7 @@ void Head::tail(const float *hidden, int64_t T, HeadWorkspace &ws) const {
         x = ws.normed_;
     }
     const auto t1 = Clock::now();
-    cpu::matvec_q5_k(weight_, rows_, cols_, row_stride_, x, T, logits, threads_, cpu::Isa::Auto, precision_);
+    cpu::matvec(type_, weight_, rows_, cols_, row_stride_, x, T, logits, threads_, cpu::Isa::Auto, precision_);
     const auto t2 = Clock::now();
     // Before the cap: tanh maps +inf to a finite cap, which would hide an overflow.
     if (!cpu::all_finite(logits, T * rows_, threads_)) nonfinite_at("logits before the soft cap", logits, T, rows_);

@@ -1,5 +1,5 @@
 // Q5_K matvec encoder and op (kernel: metal/matvec_q5_k.metal, mul_mv_q5_K_f32; CPU reference:
-// csrc/cpu/matvec_q5_k.cpp). Threadgroups of two 32-lane SIMD-groups, one row each (ggml's
+// csrc/cpu/types/q5_k/q5_k.cpp). Threadgroups of two 32-lane SIMD-groups, one row each (ggml's
 // known-good shape for this kernel family; not yet measured against alternatives here).
 #include "metal/context.hpp"
 

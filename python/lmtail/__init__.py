@@ -21,6 +21,7 @@ from .errors import (
     ParameterError,
     ResourceError,
     ShapeError,
+    UnsupportedError,
 )
 from .grammar import Grammar, GrammarMatcher, Vocab
 from .head import Head
@@ -64,6 +65,7 @@ __all__ = [
     "DTypeError",
     "ParameterError",
     "BackendError",
+    "UnsupportedError",
     "GrammarError",
     "HazardError",
     "Grammar",

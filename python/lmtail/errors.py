@@ -39,6 +39,12 @@ class BackendError(LmtailError, ValueError):
     """An unknown backend name, or a backend not available on this machine/build."""
 
 
+class UnsupportedError(LmtailError, ValueError):
+    """A real combination lmtail does not run: a ggml weight type (e.g. ``Q3_K``) or a precision
+    that no backend, or not the requested backend, runs. The message names the backend, the type
+    and the backends that do run it (``lmtail.capabilities()`` lists them all)."""
+
+
 class HazardError(LmtailError):
     """metal-emu: two dispatches of a concurrent compute encoder touch one buffer, at least one
     writing it, with no covering ``memoryBarrier`` in between. The message names both dispatches
@@ -76,6 +82,7 @@ __all__ = [
     "DTypeError",
     "ParameterError",
     "BackendError",
+    "UnsupportedError",
     "GrammarError",
     "JSONSchemaError",
 ]

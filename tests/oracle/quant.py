@@ -111,3 +111,58 @@ def dequantize_q5_k(q: np.ndarray, cols: int | None = None) -> np.ndarray:
     if rows:
         deq(q.ctypes.data, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), rows * cols)
     return out
+
+
+# ---- Any ggml type (the weight-type matrix) ---------------------------------------------------
+# ggml type ids of the types lmtail runs, and their (block elements, block bytes).
+GGML_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+
+
+@functools.lru_cache(maxsize=None)
+def _traits(type_id: int):
+    lib = _lib.load("ggml-base")
+    get_traits = lib.ggml_get_type_traits
+    get_traits.restype = ctypes.POINTER(_TypeTraits)
+    get_traits.argtypes = [ctypes.c_int]
+    t = get_traits(type_id).contents
+    return int(t.blck_size), int(t.type_size), _TO_FLOAT(t.to_float) if t.to_float else None
+
+
+def type_row_bytes(type_id: int, cols: int) -> int:
+    """ggml_row_size(type, cols) (cols must be a multiple of the type's block)."""
+    blck, size, _ = _traits(type_id)
+    if cols % blck:
+        raise ValueError(f"cols={cols} is not a multiple of the block {blck}")
+    return cols // blck * size
+
+
+def quantize(type_id: int, x: np.ndarray) -> np.ndarray:
+    """ggml_quantize_chunk(type, x) without an importance matrix: (rows, row_bytes) uint8. For
+    F16/BF16/F32 ggml_quantize_chunk runs ggml's row conversions."""
+    quantize_chunk, row_size, _ = _api()
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise ValueError(f"expected a (rows, cols) matrix, found shape {x.shape}")
+    rows, cols = x.shape
+    rb = type_row_bytes(type_id, cols)
+    assert row_size(type_id, cols) == rb
+    out = np.zeros((rows, rb), dtype=np.uint8)
+    if rows:
+        n = quantize_chunk(type_id, x.ctypes.data, out.ctypes.data, 0, rows, cols, None)
+        assert n == out.nbytes, (n, out.nbytes)
+    return out
+
+
+def dequantize(type_id: int, q: np.ndarray, cols: int) -> np.ndarray:
+    """ggml's to_float (dequantize_row_* / the f16, bf16 conversions) of (rows, row_bytes) uint8."""
+    _, _, to_float = _traits(type_id)
+    q = np.ascontiguousarray(q, dtype=np.uint8)
+    rows = q.shape[0]
+    if q.shape != (rows, type_row_bytes(type_id, cols)):
+        raise ValueError(f"expected ({rows}, {type_row_bytes(type_id, cols)}) bytes, found {q.shape}")
+    if type_id == 0:  # F32 has no to_float in the traits: the bytes are the floats
+        return q.view(np.float32).reshape(rows, cols).copy()
+    out = np.empty((rows, cols), dtype=np.float32)
+    if rows:
+        to_float(q.ctypes.data, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), rows * cols)
+    return out

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "lmtail/kernel_abi.h"
+#include "lmtail/weight_type.hpp"
 
 namespace lmt {
 
@@ -31,6 +32,11 @@ class ArgumentError : public Error {
 class NonFiniteError : public Error {
   public:
     using Error::Error;
+};
+// A weight type / precision combination this backend does not run (maps to lmtail.UnsupportedError).
+class UnsupportedError : public ArgumentError {
+  public:
+    using ArgumentError::ArgumentError;
 };
 
 namespace cpu {
@@ -71,9 +77,36 @@ void layer_norm(const float *x, const float *gamma, float *y, int64_t n_rows, in
 //        weights centred on 16, then scaled in f32. Normwise error ~2e-7 (below F32's ~4e-7) at
 //        1.1-1.2x the I16 cost: the CPU default (docs/DESIGN.md, "Activation precision").
 // All are byte-identical across SIMD paths and thread counts, and batch invariant.
-enum class Precision : int { F32 = 0, I16 = 1, I24 = 2 };
-// "f32" / "i16" / "i24"
+// Default (-1) asks for the weight type's default precision (default_precision below).
+enum class Precision : int { Default = -1, F32 = 0, I16 = 1, I24 = 2 };
+// "f32" / "i16" / "i24" / "default"
 const char *precision_name(Precision p);
+
+// ---- Weight types (the CPU column of the capability table) --------------------------------
+// True when the CPU backend runs `type` (any precision).
+bool type_supported(WeightType type);
+// Bit (1 << (int)p) set for every precision the CPU matvec runs for `type`; 0 if unsupported.
+uint32_t type_precisions(WeightType type);
+// The precision `Precision::Default` means for `type` (the accurate fast path: normwise error
+// <= 1e-6 against float64). Throws UnsupportedError for a type the CPU does not run.
+Precision default_precision(WeightType type);
+// Bytes of one row of `cols` weights; throws ArgumentError unless cols is a positive multiple of
+// the type's block (naming the type and its block), UnsupportedError for an unknown type.
+size_t row_bytes(WeightType type, int64_t cols);
+
+// logits[t, r] = sum_c W[r, c] * x[t, c] for t in [0, T), r in [0, rows), W of any supported type:
+// rows of row_bytes(type, cols) bytes at row_stride (>= row bytes). Byte-identical across SIMD
+// paths and thread counts, batch invariant (row t of a T-row call equals the row alone).
+// Throws UnsupportedError for a type/precision the CPU does not run.
+void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,
+            int64_t T, float *logits, int n_threads = 0, Isa isa = Isa::Auto,
+            Precision precision = Precision::Default);
+// ggml's quantize_row_*_ref (ggml_quantize_chunk without an importance matrix), byte for byte;
+// for F16 / BF16 / F32 the conversions ggml_fp32_to_fp16_row / _bf16_row / a copy.
+// src: rows x cols f32, dst: rows x row_bytes(type, cols).
+void quantize(WeightType type, const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads = 0);
+// ggml's dequantize_row_* (= gguf-py's dequantize), bit for bit. dst: rows x cols f32.
+void dequantize(WeightType type, const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads = 0);
 
 // logits[t, r] = sum_c dequant(W)[r, c] * x[t, c] for t in [0, T), r in [0, rows).
 // W: rows x (cols/256) Q5_K blocks, row stride row_stride bytes (>= cols/256*176).

@@ -23,11 +23,6 @@
 
 namespace lmt {
 
-// Weight encoding of the head matrix. Values are ggml's type ids (gguf.GGMLQuantizationType),
-// so supporting a new type adds an enumerator with its ggml value.
-enum class WeightType : int { Q5_K = 13 };
-// "Q5_K"; "unknown" for a value without an enumerator.
-const char *weight_type_name(WeightType type);
 
 // The final norm applied to each hidden row before the head.
 //   None:  the hidden rows arrive normalised (gamma must then be null).
@@ -42,7 +37,7 @@ struct HeadOptions {
     float logit_scale = 1.0f;      // finite, != 0
     float softcap = 0.0f;          // finite, >= 0; 0 disables the cap (scale only)
     bool softcap_four_pass = true; // llama.cpp's four nodes (x*s, x*(1/cap), tanh, x*cap); false: fused, same bytes
-    cpu::Precision precision = cpu::Precision::I24;  // head matvec activation precision
+    cpu::Precision precision = cpu::Precision::Default;  // head matvec precision; Default: the type's own
     int threads = 0;               // 0: cpu::default_threads(); else 1..kMaxThreads
 };
 

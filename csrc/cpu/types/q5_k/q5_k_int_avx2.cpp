@@ -1,7 +1,7 @@
 // Precision::I16 / I24 with AVX2: the shared x86 integer kernel (q5k_x86.hpp). A translation unit
 // of its own so that Release builds can compile it at -O2 while the f32 kernels keep -O3
 // (CMakeLists.txt records the measurement).
-#include "cpu/q5k_x86.hpp"
+#include "cpu/types/q5_k/q5k_x86.hpp"
 
 namespace lmt::cpu {
 

@@ -1,17 +1,13 @@
-// Q5_K matvec dispatch: argument checks, activation preparation (I16), ISA selection, row split
+// Q5_K: the type-table row and the matvec dispatch: argument checks, activation preparation (I16), ISA selection, row split
 // over threads.
 #include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
-#include "cpu/internal.hpp"
+#include "cpu/types/types.hpp"
 
 namespace lmt::cpu {
-
-const char *precision_name(Precision p) {
-    return p == Precision::I16 ? "i16" : p == Precision::I24 ? "i24" : "f32";
-}
 
 namespace {
 
@@ -109,6 +105,7 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     if (rows < 0 || T < 1)
         fail_arg("matvec_q5_k: need rows >= 0 and T >= 1; found rows=" + std::to_string(rows) +
                  " T=" + std::to_string(T));
+    if (precision == Precision::Default) precision = Precision::I24;
     if (precision != Precision::F32 && precision != Precision::I16 && precision != Precision::I24)
         fail_arg("matvec_q5_k: unknown precision " + std::to_string((int)precision));
     const size_t row_bytes = (size_t)(cols / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES;
@@ -172,5 +169,15 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
         kernel(a, r0, std::min(rows, r0 + kRowsPerTask));
     });
 }
+
+namespace {
+void q5_k_matvec(const MatvecCall &c) {
+    matvec_q5_k(c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits, c.n_threads, c.isa, c.precision);
+}
+}  // namespace
+
+const CpuTypeImpl kCpuQ5_K{WeightType::Q5_K,
+                           precision_bit(Precision::F32) | precision_bit(Precision::I16) | precision_bit(Precision::I24),
+                           Precision::I24, q5_k_matvec, quantize_q5_k, dequantize_q5_k};
 
 }  // namespace lmt::cpu

@@ -2,7 +2,7 @@
 // the same source, hence the same exact integer sums and the same f32 expression as the AVX2 TU.
 // (Not executed on the AVX2-only development machine; the byte-parity tests run it where the CPU
 // has AVX-512. A VNNI/512-bit variant would have to keep the canonical lanes (i >> 2) & 7.)
-#include "cpu/q5k_x86.hpp"
+#include "cpu/types/q5_k/q5k_x86.hpp"
 
 namespace lmt::cpu {
 

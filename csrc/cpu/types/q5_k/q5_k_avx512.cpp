@@ -3,7 +3,7 @@
 // The block decode is the AVX2 one (q5k_x86.hpp), compiled here with AVX-512 enabled.
 #include <vector>
 
-#include "cpu/q5k_x86.hpp"
+#include "cpu/types/q5_k/q5k_x86.hpp"
 
 namespace lmt::cpu {
 namespace {

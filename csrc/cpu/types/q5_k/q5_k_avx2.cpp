@@ -8,7 +8,7 @@
 // EPYC (in-cache, 2048 x 6656, 1 thread): 1 row at a time 2.75 ms; 4 rows 1.x ms (see DESIGN.md).
 #include <vector>
 
-#include "cpu/q5k_x86.hpp"
+#include "cpu/types/q5_k/q5k_x86.hpp"
 
 namespace lmt::cpu {
 namespace {

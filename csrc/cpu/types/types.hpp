@@ -1,0 +1,63 @@
+// The CPU column of the weight-type table: what each type's directory csrc/cpu/types/<name>/
+// provides. Adding a type = its block header (lmtail/blocks/<name>.h), its directory with a
+// `const CpuTypeImpl kCpu<NAME>` row, one line in LMT_CPU_TYPES below and its name in
+// LMTAIL_CPU_TYPES (CMakeLists.txt). Dispatch, argument checks and the capability table
+// (lmtail.capabilities()) read these rows; nothing else names a type.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/internal.hpp"
+#include "lmtail/weight_type.hpp"
+
+namespace lmt::cpu {
+
+// A checked matvec call: cols is a positive multiple of the block, row_stride >= the row bytes,
+// rows >= 1, T >= 1; isa is resolved (never Auto) and precision is one the type supports.
+struct MatvecCall {
+    const uint8_t *w;
+    int64_t rows, cols;
+    size_t row_stride;
+    const float *x;  // (T, cols)
+    int64_t T;
+    float *logits;   // (T, rows)
+    int n_threads;
+    Isa isa;
+    Precision precision;
+};
+
+struct CpuTypeImpl {
+    WeightType type;
+    uint32_t precisions;          // bit (1 << (int)p) per supported Precision
+    Precision default_precision;  // normwise error <= 1e-6 against float64
+    void (*matvec)(const MatvecCall &);
+    // src rows x cols (cols checked as above) -> dst rows x row_bytes.
+    void (*quantize)(const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads);
+    void (*dequantize)(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads);
+};
+
+constexpr uint32_t precision_bit(Precision p) { return 1u << (int)p; }
+
+// One line per type the CPU runs.
+#define LMT_CPU_TYPES(X) \
+    X(Q5_K)
+
+#define LMT_DECLARE_CPU_TYPE(NAME) extern const CpuTypeImpl kCpu##NAME;
+LMT_CPU_TYPES(LMT_DECLARE_CPU_TYPE)
+#undef LMT_DECLARE_CPU_TYPE
+
+// The row of `type`, or nullptr when the CPU does not run it.
+const CpuTypeImpl *cpu_type(WeightType type);
+
+// Rows [0, rows) in tasks of rows_per_task over the pool: fn(r0, r1). The shared row split of
+// every type's matvec (rows are split, never a dot product, so threads cannot change bytes).
+template <typename Fn>
+inline void for_row_tasks(int n_threads, int64_t rows, int64_t rows_per_task, Fn &&fn) {
+    const int64_t n_tasks = (rows + rows_per_task - 1) / rows_per_task;
+    core::parallel_for(n_threads, n_tasks, [&](int64_t task) {
+        const int64_t r0 = task * rows_per_task;
+        fn(r0, r0 + rows_per_task < rows ? r0 + rows_per_task : rows);
+    });
+}
+
+}  // namespace lmt::cpu
