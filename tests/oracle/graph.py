@@ -408,27 +408,33 @@ def aligned_empty(shape, dtype, align: int = 4096) -> np.ndarray:
     return raw[off : off + nbytes].view(dtype).reshape(shape)
 
 
-class MatMulQ5K:
-    """ggml_mul_mat(W, x) for a Q5_K weight W (rows, cols) and f32 x (T, cols) -> f32 (T, rows).
+class MatMul:
+    """ggml_mul_mat(W, x) for a weight W of ggml type `type_id` given as its raw bytes
+    (rows, row_bytes) uint8, and f32 x (T, cols) -> f32 (T, rows).
 
     The graph is built once; each run() / time_once() re-plans and re-computes it.  Inside the
-    graph ggml quantises x to q8_K (one scale per 256 values) and calls ggml_vec_dot_q5_K_q8_K per
-    row (or, at T >= 8, its tiled K-quant mat-mul), exactly as llama.cpp's CPU backend does; the
-    quantisation of x is part of every timed call.
+    graph ggml converts x to the type's vec_dot type (q8_K for the K types, q8_0 for Q8_0/Q4_0,
+    f16/bf16 for the float types) and runs its vec_dot per row, its tiled mat-mul or llamafile's
+    sgemm, exactly as llama.cpp's CPU backend does for a weight in a plain CPU buffer; the
+    conversion of x is part of every timed call.
 
     copy=None binds W zero-copy when it is C-contiguous and 32-byte aligned (then W must not be
     modified or freed while this object lives; it keeps a reference), else copies it once into
     the context.  copy=True always copies.
     """
 
-    def __init__(self, w_q5k: np.ndarray, T: int, copy: Optional[bool] = None) -> None:
-        w = np.asarray(w_q5k)
-        if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] % Q5_K_BLOCK_BYTES:
-            raise ValueError(f"w_q5k must be uint8 (rows, k*176), got {w.dtype} {w.shape}")
+    def __init__(self, w: np.ndarray, type_id: int, cols: int, T: int, copy: Optional[bool] = None) -> None:
+        w = np.asarray(w)
+        if w.dtype != np.uint8 or w.ndim != 2:
+            raise ValueError(f"w must be uint8 (rows, row_bytes), got {w.dtype} {w.shape}")
         if T < 1:
             raise ValueError(f"T must be >= 1, got {T}")
+        a = api()
+        if a.row_size(type_id, cols) != w.shape[1]:
+            raise ValueError(f"row size {w.shape[1]} disagrees with ggml_row_size(type {type_id}, {cols})")
+        self.type_id = int(type_id)
         self.rows = int(w.shape[0])
-        self.cols = int(w.shape[1] // Q5_K_BLOCK_BYTES * QK_K)
+        self.cols = int(cols)
         self.T = int(T)
         bindable = w.flags.c_contiguous and w.ctypes.data % TENSOR_ALIGNMENT == 0
         self.zero_copy = bool(bindable) if copy is None else (not copy)
@@ -438,13 +444,10 @@ class MatMulQ5K:
         yb = 4 * self.T * self.rows
         wb = 0 if self.zero_copy else w.nbytes
         self.g = _Graph(data_bytes=wb + xb + yb + 3 * 256, n_tensors=3)
-        a = self.g.a
-        if a.row_size(GGML_TYPE_Q5_K, self.cols) != w.shape[1]:
-            raise ValueError("row size disagrees with ggml_row_size(Q5_K)")
         if self.zero_copy:
-            self.tw = self.g.bind_2d(GGML_TYPE_Q5_K, self.cols, self.rows, w)
+            self.tw = self.g.bind_2d(self.type_id, self.cols, self.rows, w)
         else:
-            self.tw = self.g.new_2d(GGML_TYPE_Q5_K, self.cols, self.rows)
+            self.tw = self.g.new_2d(self.type_id, self.cols, self.rows)
             self.g.write(self.tw, w)
         self.tx = self.g.new_2d(GGML_TYPE_F32, self.cols, self.T)
         a.set_input(self.tx)
@@ -480,3 +483,13 @@ class MatMulQ5K:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class MatMulQ5K(MatMul):
+    """MatMul for a Q5_K weight (rows, k*176) uint8: cols follow from the row bytes."""
+
+    def __init__(self, w_q5k: np.ndarray, T: int, copy: Optional[bool] = None) -> None:
+        w = np.asarray(w_q5k)
+        if w.dtype != np.uint8 or w.ndim != 2 or w.shape[1] % Q5_K_BLOCK_BYTES:
+            raise ValueError(f"w_q5k must be uint8 (rows, k*176), got {w.dtype} {w.shape}")
+        super().__init__(w, GGML_TYPE_Q5_K, int(w.shape[1] // Q5_K_BLOCK_BYTES * QK_K), T, copy)
