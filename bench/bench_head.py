@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Full-size Q5_K LM head (202048 x 6656, 924,571,648 B): lmtail vs llama.cpp's ggml, one process.
+"""Full-size LM head (202048 x 6656) of each weight type: lmtail vs llama.cpp's ggml, one process.
 
-For each (T, threads) the two implementations run interleaved on the same Q5_K bytes
+For each (dtype, T, threads) the two implementations run interleaved on the same GGUF bytes
 (lmtail at each --precision, ggml, read-bandwidth probe, lmtail ..., ggml, probe, ...), so
 machine noise (a 2-vCPU VM
 whose memory bandwidth changes mode from minute to minute) hits both alike.  Reported per
@@ -10,20 +10,23 @@ lmtail/ggml, and lmtail's GB/s as a fraction of the read bandwidth measured in t
 (``lmtail._core.read_bytes_checksum`` over a 1 GiB buffer with the same thread count).
 
 ggml side: ``ggml_mul_mat`` through ctypes (tests/oracle/graph.py), each call one
-``ggml_graph_plan`` + ``ggml_graph_compute``, which includes ggml's q8_K quantisation of x (as in
-shared/research/perf-anchors.md).  lmtail side: ``lmtail.ops.matvec_q5_k(w, x, threads=n,
-precision=p)`` as a user calls it (argument checks, the output allocation and, for "i16", the
-int16 quantisation of x included), for p in --precision (default "f32,i16").
+``ggml_graph_plan`` + ``ggml_graph_compute``, which includes ggml's conversion of x to the type's
+vec_dot type (q8_K for the K types, q8_0 for Q8_0/Q4_0, f16/bf16 for the float heads; as in
+shared/research/perf-anchors.md).  lmtail side: ``lmtail.ops.matvec(w, x, dtype, threads=n,
+precision=p)`` as a user calls it (argument checks, the output allocation and any activation
+preparation included), for p in --precision ("default" = the type's default precision).
 
-Weights: a 4096-row slab of seeded N(0,1)*0.02 is quantised with lmtail.quantize_q5_k and tiled
-to 202048 rows; the whole 924.6 MB is still streamed from DRAM on every call (~29x L3), and the
-kernels have no data-dependent branches, so real weights run at the same speed.
+Weights: a 4096-row slab of seeded N(0,1)*0.02 is quantised with lmtail.quantize and tiled to
+202048 rows; the whole head (0.5-5.4 GB by type) is still streamed from DRAM on every call, and the
+kernels have no data-dependent branches, so real weights run at the same speed.  The SIMD tier
+can be forced with LMTAIL_ISA=avx2 (ggml's build is whatever the oracle compiled).
 
-    python bench/bench_head.py                  # full run, ~1 min on 2 cores
-    python bench/bench_head.py --quick          # CI smoke: 3 reps per config
+    python bench/bench_head.py                          # Q5_K, ~1 min on 2 cores
+    python bench/bench_head.py --dtype all --T 1,8 --threads 2
+    python bench/bench_head.py --dtype Q6_K,Q8_0 --quick   # CI smoke: 3 reps per config
     python bench/bench_head.py --T 1 --threads 2 --reps 50 --json out.json
-    python bench/bench_head.py --precision i16  # one lmtail precision only
-    python bench/bench_head.py --ggml-only      # oracle alone (weights from ggml_quantize_chunk)
+    LMTAIL_ISA=avx2 python bench/bench_head.py --dtype all   # the AVX2 tier on an AVX-512 machine
+    python bench/bench_head.py --ggml-only              # oracle alone (weights from ggml_quantize_chunk)
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 ROWS, COLS = 202048, 6656
 SLAB_ROWS = 4096
-Q5K_ROW_BYTES = COLS // 256 * 176  # 4576
+ALL_DTYPES = ("Q5_K", "Q6_K", "Q8_0", "Q4_0", "Q4_K", "F16", "BF16", "F32")
 BW_BYTES = 1 << 30
 DEFAULT_REPS = {1: 30, 4: 16, 8: 10}  # ggml T=8 1 thread is ~360 ms a call
 GOALS = {
@@ -89,8 +92,9 @@ def build_weights(quantize, rows: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     slab_rows = min(SLAB_ROWS, rows)
     w = (rng.standard_normal((slab_rows, COLS), dtype=np.float32) * np.float32(0.02)).astype(np.float32)
-    q = np.asarray(quantize(w), np.uint8).reshape(slab_rows, Q5K_ROW_BYTES)
-    out = aligned_empty(rows * Q5K_ROW_BYTES).reshape(rows, Q5K_ROW_BYTES)
+    q = np.asarray(quantize(w), np.uint8)
+    rb = q.shape[1]
+    out = aligned_empty(rows * rb).reshape(rows, rb)
     for r0 in range(0, rows, slab_rows):
         n = min(slab_rows, rows - r0)
         out[r0 : r0 + n] = q[:n]
@@ -99,6 +103,74 @@ def build_weights(quantize, rows: int, seed: int) -> np.ndarray:
 
 def med(v):
     return statistics.median(v) if v else float("nan")
+
+
+def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, warmup, gap, bw_buf, bw_sum,
+              results, sanity) -> None:
+    """Interleaved timing of one weight type at every (T, threads); appends to results."""
+    rng = np.random.default_rng(args.seed + 1)
+    what = "interleaved lmtail / ggml / 1 GiB read" if lm is not None else "ggml only"
+    print(f"\n== timing: {what}, {args.gap_ms:g} ms idle gap before each call, {warmup} warm-up round(s)")
+    for T in Ts:
+        x = rng.standard_normal((T, COLS), dtype=np.float32)
+        mm = G.MatMul(w, type_id, COLS, T)
+        mm.set_x(x)
+        if lm is not None:  # agreement of the two on the full head (ggml uses q8_K activations)
+            mm.time_once(max(threads_list))
+            y_gg = mm.result()
+            for prec in precs:
+                y_lm = lm.ops.matvec(w, x, dtype, threads=max(threads_list), precision=None if prec == "default" else prec)
+                rel = float(np.linalg.norm(y_lm.astype(np.float64) - y_gg) / np.linalg.norm(y_gg.astype(np.float64)))
+                agree = float(np.mean(np.argmax(y_lm, 1) == np.argmax(y_gg, 1)))
+                sanity[f"{dtype}/{T}/{prec}"] = {"rel_l2_lmtail_vs_ggml": rel, "argmax_agree": agree}
+                print(f"  T={T} {prec}: lmtail vs ggml rel L2 {rel:.2e} (ggml's quantised activations for the integer types), "
+                      f"argmax agreement {agree:.0%}")
+        for nt in threads_list:
+            reps = args.reps if args.reps is not None else (3 if args.quick else DEFAULT_REPS.get(T, 10))
+            t_lms: dict = {p: [] for p in precs}
+            t_gg, t_bw = [], []
+            for i in range(warmup + reps):
+                dts = {}
+                if lm is not None:
+                    for prec in precs:
+                        time.sleep(gap)
+                        a = time.perf_counter()
+                        lm.ops.matvec(w, x, dtype, threads=nt, precision=None if prec == "default" else prec)
+                        dts[prec] = time.perf_counter() - a
+                time.sleep(gap)
+                dt_gg = mm.time_once(nt)
+                if lm is not None:
+                    time.sleep(gap)
+                    c = time.perf_counter()
+                    s = core.read_bytes_checksum(bw_buf, nt)
+                    d = time.perf_counter()
+                    if s != bw_sum:
+                        raise RuntimeError(f"read_bytes_checksum changed: {s} != {bw_sum}")
+                if i >= warmup:
+                    t_gg.append(dt_gg)
+                    if lm is not None:
+                        for prec in precs:
+                            t_lms[prec].append(dts[prec])
+                        t_bw.append(d - c)
+            for prec in precs if lm is not None else [None]:
+                r = {"dtype": dtype, "T": T, "threads": nt, "reps": reps, "ggml_s": t_gg, "precision": prec}
+                r["ggml_ms"] = med(t_gg) * 1e3
+                r["ggml_GBps"] = w.nbytes / med(t_gg) / 1e9
+                if lm is not None:
+                    t_lm = t_lms[prec]
+                    r.update(lmtail_s=t_lm, bw_s=t_bw)
+                    r["lmtail_ms"] = med(t_lm) * 1e3
+                    r["lmtail_GBps"] = w.nbytes / med(t_lm) / 1e9
+                    r["pair_ratio_median"] = med([p / q for p, q in zip(t_lm, t_gg)])
+                    r["read_bw_GBps"] = BW_BYTES / med(t_bw) / 1e9
+                    r["read_bw_best_GBps"] = BW_BYTES / min(t_bw) / 1e9
+                    r["lmtail_frac_of_bw"] = med([(w.nbytes / p) / (BW_BYTES / q) for p, q in zip(t_lm, t_bw)])
+                    print(f"  {dtype} T={T} threads={nt} {prec}: lmtail {r['lmtail_ms']:7.1f} ms  ggml {r['ggml_ms']:7.1f} ms  "
+                          f"pair ratio {r['pair_ratio_median']:.3f}  read BW {r['read_bw_GBps']:.1f} GB/s  ({reps} pairs)")
+                else:
+                    print(f"  {dtype} T={T} threads={nt}: ggml {r['ggml_ms']:7.1f} ms  ({reps} runs, best {min(t_gg)*1e3:.1f})")
+                results.append(r)
+        mm.close()
 
 
 def main(argv=None) -> int:
@@ -113,7 +185,8 @@ def main(argv=None) -> int:
                          "spins for ms after a parallel region) steal the 2 cores from the other (default 20)")
     ap.add_argument("--rows", type=int, default=ROWS, help=f"head rows (default {ROWS}; smaller only for smoke tests)")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--precision", default="f32,i16", help="comma list of lmtail activation precisions (default f32,i16)")
+    ap.add_argument("--dtype", default="Q5_K", help=f"comma list of head weight types, or 'all' ({','.join(ALL_DTYPES)}); default Q5_K")
+    ap.add_argument("--precision", default="default", help="comma list of lmtail precisions ('default' = the type's own; e.g. default,f32)")
     ap.add_argument("--ggml-only", action="store_true", help="skip lmtail (weights from ggml_quantize_chunk, no bandwidth probe)")
     ap.add_argument("--json", metavar="PATH", help="write all raw timings and summaries as JSON")
     args = ap.parse_args(argv)
@@ -146,15 +219,6 @@ def main(argv=None) -> int:
         print("  WARNING: other processes are using the CPU (load average above); on a 2-core box the timings "
               "below are then not representative")
 
-    quantizer = G.quantize_q5_k if lm is None else lm.quantize_q5_k
-    t0 = time.perf_counter()
-    w = build_weights(quantizer, args.rows, args.seed)
-    W_BYTES = w.nbytes
-    print(f"\n== weights: Q5_K {args.rows} x {COLS} = {W_BYTES:,} B; a {min(SLAB_ROWS, args.rows)}-row slab of "
-          f"N(0,1)*0.02 (seed {args.seed}) quantised with "
-          f"{'ggml_quantize_chunk' if lm is None else 'lmtail.quantize_q5_k'} and tiled to {args.rows} rows "
-          f"({time.perf_counter() - t0:.1f} s). Both sides read these same bytes (ggml binds them zero-copy).")
-
     bw_buf = None
     bw_sum = None
     if lm is not None:
@@ -162,76 +226,32 @@ def main(argv=None) -> int:
         bw_buf[:] = 1  # touch every page
         bw_sum = core.read_bytes_checksum(bw_buf, 1)
 
-    rng = np.random.default_rng(args.seed + 1)
+    from oracle import quant as OQ
+
+    dtypes = list(ALL_DTYPES) if args.dtype == "all" else [d.strip().upper() for d in args.dtype.split(",") if d.strip()]
     results = []
     sanity = {}
-    what = "interleaved lmtail / ggml / 1 GiB read" if lm is not None else "ggml only"
-    print(f"\n== timing: {what}, {args.gap_ms:g} ms idle gap before each call, {warmup} warm-up round(s)")
-    for T in Ts:
-        x = rng.standard_normal((T, COLS), dtype=np.float32)
-        mm = G.MatMulQ5K(w, T)
-        mm.set_x(x)
-        if lm is not None:  # agreement of the two on the full head (ggml uses q8_K activations)
-            mm.time_once(max(threads_list))
-            y_gg = mm.result()
-            for prec in precs:
-                y_lm = lm.ops.matvec_q5_k(w, x, threads=max(threads_list), precision=prec)
-                rel = float(np.linalg.norm(y_lm.astype(np.float64) - y_gg) / np.linalg.norm(y_gg.astype(np.float64)))
-                agree = float(np.mean(np.argmax(y_lm, 1) == np.argmax(y_gg, 1)))
-                sanity[f"{T}/{prec}"] = {"rel_l2_lmtail_vs_ggml": rel, "argmax_agree": agree}
-                print(f"  T={T} {prec}: lmtail vs ggml rel L2 {rel:.2e} (ggml's q8_K activations; ~7e-3 expected), "
-                      f"argmax agreement {agree:.0%}")
-        for nt in threads_list:
-            reps = args.reps if args.reps is not None else (3 if args.quick else DEFAULT_REPS.get(T, 10))
-            t_lms: dict = {p: [] for p in precs}
-            t_gg, t_bw = [], []
-            for i in range(warmup + reps):
-                dts = {}
-                if lm is not None:
-                    for prec in precs:
-                        time.sleep(gap)
-                        a = time.perf_counter()
-                        lm.ops.matvec_q5_k(w, x, threads=nt, precision=prec)
-                        dts[prec] = time.perf_counter() - a
-                time.sleep(gap)
-                dt_gg = mm.time_once(nt)
-                if lm is not None:
-                    time.sleep(gap)
-                    c = time.perf_counter()
-                    s = core.read_bytes_checksum(bw_buf, nt)
-                    d = time.perf_counter()
-                    if s != bw_sum:
-                        raise RuntimeError(f"read_bytes_checksum changed: {s} != {bw_sum}")
-                if i >= warmup:
-                    t_gg.append(dt_gg)
-                    if lm is not None:
-                        for prec in precs:
-                            t_lms[prec].append(dts[prec])
-                        t_bw.append(d - c)
-            for prec in precs if lm is not None else [None]:
-                r = {"T": T, "threads": nt, "reps": reps, "ggml_s": t_gg, "precision": prec}
-                r["ggml_ms"] = med(t_gg) * 1e3
-                r["ggml_GBps"] = W_BYTES / med(t_gg) / 1e9
-                if lm is not None:
-                    t_lm = t_lms[prec]
-                    r.update(lmtail_s=t_lm, bw_s=t_bw)
-                    r["lmtail_ms"] = med(t_lm) * 1e3
-                    r["lmtail_GBps"] = W_BYTES / med(t_lm) / 1e9
-                    r["pair_ratio_median"] = med([p / q for p, q in zip(t_lm, t_gg)])
-                    r["read_bw_GBps"] = BW_BYTES / med(t_bw) / 1e9
-                    r["lmtail_frac_of_bw"] = med([(W_BYTES / p) / (BW_BYTES / q) for p, q in zip(t_lm, t_bw)])
-                    print(f"  T={T} threads={nt} {prec}: lmtail {r['lmtail_ms']:7.1f} ms  ggml {r['ggml_ms']:7.1f} ms  "
-                          f"pair ratio {r['pair_ratio_median']:.3f}  read BW {r['read_bw_GBps']:.1f} GB/s  ({reps} pairs)")
-                else:
-                    print(f"  T={T} threads={nt}: ggml {r['ggml_ms']:7.1f} ms  ({reps} runs, best {min(t_gg)*1e3:.1f})")
-                results.append(r)
-        mm.close()
+    for dtype in dtypes:
+        type_id = OQ.GGML_TYPES[dtype]
+        if lm is None:
+            quantizer = lambda a, t=type_id: OQ.quantize(t, a)  # noqa: E731
+        else:
+            quantizer = lambda a, d=dtype: lm.quantize(a, d)  # noqa: E731
+        t0 = time.perf_counter()
+        w = build_weights(quantizer, args.rows, args.seed)
+        print(f"\n== weights: {dtype} {args.rows} x {COLS} = {w.nbytes:,} B; a {min(SLAB_ROWS, args.rows)}-row slab of "
+              f"N(0,1)*0.02 (seed {args.seed}) quantised with "
+              f"{'ggml_quantize_chunk' if lm is None else 'lmtail.quantize'} and tiled to {args.rows} rows "
+              f"({time.perf_counter() - t0:.1f} s). Both sides read these same bytes (ggml binds them zero-copy).")
+        run_dtype(args, lm, core if lm is not None else None, G, dtype, type_id, w, Ts, precs, threads_list, warmup,
+                  gap, bw_buf, bw_sum, results, sanity)
+        del w
 
     info["loadavg_end"] = loadavg()
     # ------------------------------------------------------------------ summary
-    print("\n== results (medians; GB/s = %s B / time; ratio = median over pairs of lmtail/ggml)" % f"{W_BYTES:,}")
+    print("\n== results (medians; GB/s = weight bytes / time; ratio = median over pairs of lmtail/ggml)")
     if lm is not None:
-        hdr = (f"{'T':>2} {'thr':>3} {'prec':>4} | {'lmtail ms':>9} {'GB/s':>6} | {'ggml ms':>8} {'GB/s':>6} | "
+        hdr = (f"{'dtype':>5} {'T':>2} {'thr':>3} {'prec':>7} | {'lmtail ms':>9} {'GB/s':>6} | {'ggml ms':>8} {'GB/s':>6} | "
                f"{'lm/ggml':>7} | {'read BW':>7} {'lm/BW':>6} | goal")
         print(hdr)
         print("-" * len(hdr))
@@ -246,21 +266,27 @@ def main(argv=None) -> int:
             else:
                 ok, goal = None, "-"
             r["goal_met"] = ok
-            print(f"{T:>2} {r['threads']:>3} {r['precision']:>4} | {r['lmtail_ms']:>9.1f} {r['lmtail_GBps']:>6.1f} | {r['ggml_ms']:>8.1f} "
+            print(f"{r['dtype']:>5} {T:>2} {r['threads']:>3} {r['precision']:>7} | {r['lmtail_ms']:>9.1f} {r['lmtail_GBps']:>6.1f} | {r['ggml_ms']:>8.1f} "
                   f"{r['ggml_GBps']:>6.1f} | {r['pair_ratio_median']:>7.3f} | {r['read_bw_GBps']:>7.1f} "
                   f"{r['lmtail_frac_of_bw']:>6.0%} | {goal}")
+        best = max((r["read_bw_best_GBps"] for r in results), default=float("nan"))
+        print(f"\nbest read-bandwidth probe of the run (any thread count): {best:.1f} GB/s; lmtail T=1 at that limit:")
+        for r in results:
+            if r["T"] == 1:
+                print(f"  {r['dtype']:>5} threads={r['threads']} {r['precision']}: {r['lmtail_GBps'] / best:.0%} "
+                      f"(ggml {r['ggml_GBps'] / best:.0%})")
         print("\ngoals:")
         for T, g in GOALS.items():
             print(f"  T={T}: {g}")
     else:
-        print(f"{'T':>2} {'thr':>3} | {'ggml ms':>8} {'best':>7} {'GB/s':>6}")
+        print(f"{'dtype':>5} {'T':>2} {'thr':>3} | {'ggml ms':>8} {'best':>7} {'GB/s':>6}")
         for r in results:
-            print(f"{r['T']:>2} {r['threads']:>3} | {r['ggml_ms']:>8.1f} {min(r['ggml_s'])*1e3:>7.1f} {r['ggml_GBps']:>6.1f}")
+            print(f"{r['dtype']:>5} {r['T']:>2} {r['threads']:>3} | {r['ggml_ms']:>8.1f} {min(r['ggml_s'])*1e3:>7.1f} {r['ggml_GBps']:>6.1f}")
 
     print(f"load average: start {info['loadavg_start']}, end {info['loadavg_end']} (1/5/15 min)")
 
     if args.json:
-        out = {"machine": info, "rows": args.rows, "cols": COLS, "weight_bytes": W_BYTES, "bw_bytes": BW_BYTES,
+        out = {"machine": info, "rows": args.rows, "cols": COLS, "dtypes": dtypes, "bw_bytes": BW_BYTES,
                "seed": args.seed, "gap_ms": args.gap_ms, "warmup": warmup, "sanity": sanity, "results": results,
                "goals": {str(k): v for k, v in GOALS.items()}}
         Path(args.json).write_text(json.dumps(out, indent=1))
