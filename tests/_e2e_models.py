@@ -264,6 +264,28 @@ def quantize(src: Path, dst: Path, head_type: str, tied: bool, threads: int = 2)
     return dst
 
 
+_GGML = None
+
+
+def _ggml():
+    """The few libggml-base functions the eval callback needs (the oracle's own library)."""
+    global _GGML
+    if _GGML is None:
+        from oracle._lib import load
+
+        g = load("ggml-base")
+        g.ggml_get_name.restype = ctypes.c_char_p
+        g.ggml_get_name.argtypes = [ctypes.c_void_p]
+        g.ggml_nelements.restype = ctypes.c_int64
+        g.ggml_nelements.argtypes = [ctypes.c_void_p]
+        g.ggml_nbytes.restype = ctypes.c_size_t
+        g.ggml_nbytes.argtypes = [ctypes.c_void_p]
+        g.ggml_backend_tensor_get.restype = None
+        g.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+        _GGML = g
+    return _GGML
+
+
 class LlamaLoadError(RuntimeError):
     pass
 
@@ -272,7 +294,7 @@ class LlamaRun:
     """One model and one context in llama.cpp on the CPU, with embeddings on (pooling NONE): each
     decode gives every token's logits and its post-norm hidden state (result_norm)."""
 
-    def __init__(self, path: Path, threads: int = 2):
+    def __init__(self, path: Path, threads: int = 2, capture: tuple[str, ...] = ()):
         L = lc()
         self.L = L
         mp = L.llama_model_default_params()
@@ -290,6 +312,13 @@ class LlamaRun:
         cp.embeddings = True
         cp.pooling_type = L.LLAMA_POOLING_TYPE_NONE
         cp.no_perf = True
+        # ``capture``: graph tensors (by name, e.g. "l_out-1": the last layer's output, the final
+        # norm's input) copied out through the scheduler's eval callback on every decode.
+        self.captured: dict[str, np.ndarray] = {}
+        if capture:
+            self._cb = L.ggml_backend_sched_eval_callback(self._make_cb(set(capture)))
+            cp.cb_eval = self._cb
+            cp.cb_eval_user_data = None
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             L.llama_model_free(self.model)
@@ -298,6 +327,24 @@ class LlamaRun:
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
         self.n_embd = int(L.llama_model_n_embd(self.model))
         self.pos = 0
+
+    def _make_cb(self, wanted):
+        g = _ggml()
+
+        def cb(tensor, ask, user):
+            name = g.ggml_get_name(tensor).decode()
+            if ask:
+                return name in wanted
+            if name in wanted:
+                n = int(g.ggml_nelements(tensor))
+                nb = int(g.ggml_nbytes(tensor))
+                assert nb == 4 * n, f"{name}: not an F32 tensor"
+                buf = np.empty(n, np.float32)
+                g.ggml_backend_tensor_get(tensor, buf.ctypes.data_as(ctypes.c_void_p), 0, nb)
+                self.captured[name] = buf.reshape(-1, self.n_embd)
+            return True
+
+        return cb
 
     def close(self) -> None:
         if self.ctx:
