@@ -320,3 +320,48 @@ def test_generation_loop_matches_llama_cpp_sampler(models, name, t):
             logits = lg[-1]
     print(f"\n{name} {t}: sampled {toks}")
     assert len(set(toks)) > 1, f"the loop sampled one token only ({toks}): the logits are too peaked to test"
+
+
+# lmtail's head in the loop: llama.cpp's body, lmtail's head (fed llama.cpp's result_norm) and
+# lmtail's chain. Its tokens are those of llama.cpp's chain sampling the float64 head (lmtail is
+# within 1e-6 of it); on an F32 head llama.cpp's own logits are that close too, so there its
+# tokens are llama.cpp's own. (On quantized heads llama.cpp rounds the activations, ~1e-2, which
+# flips near-tied candidates: its own loop then legitimately samples other tokens.)
+HEAD_LOOP_CASES = [pytest.param(n, t, id=f"{n}-{t}") for n, t in (
+    ("llama-512", "Q5_K"), ("llama-512", "F32"), ("qwen2-896", "F32"), ("qwen2-896", "Q8_0"),
+    ("gemma2-512", "Q5_K"), ("gemma2-640", "BF16"), ("command-r-256", "Q5_K"), ("command-r-256", "Q4_K"))]
+
+
+@pytest.mark.parametrize("name,t", HEAD_LOOP_CASES)
+def test_generation_loop_with_lmtail_head(models, name, t):
+    from oracle import sampling as O
+
+    from lmtail.sampling import common_chain
+
+    c = models.case(name)
+    path = models.path(name, t)
+    _require_lmtail_type(t)
+    spec = _spec(path, t)
+    head = _head(spec, t)
+    w64 = _w64(path, c, t)
+    params = dict(seed=99 + len(name), penalty_last_n=16, penalty_repeat=1.3, penalty_present=0.5, temp=1.0)
+    with M.LlamaRun(path) as r:
+        ours = common_chain(r.n_vocab, **params)
+        exact = O.OracleCommonChain(r.n_vocab, **params)  # llama.cpp's chain on the float64 head
+        theirs = O.OracleCommonChain(r.n_vocab, **params) if t == "F32" else None  # ... on its own logits
+        h, lg = r.decode(PROMPT[:4])
+        toks = []
+        for step in range(GEN_STEPS):
+            b = ours.sample(head.logits(h[-1:])[0])
+            ref = M.reference_logits(h[-1:], w64, spec.logit_scale, spec.softcap)[0].astype(np.float32)
+            a = exact.sample(ref)
+            assert a == b, f"step {step}: llama.cpp's chain on the float64 head sampled {a}, lmtail {b}; so far {toks}"
+            if theirs is not None:
+                a2 = theirs.sample(lg[-1])
+                assert a2 == b, f"step {step}: llama.cpp sampled {a2}, lmtail (its head + chain) {b}; so far {toks}"
+                theirs.accept(b)
+            exact.accept(b)
+            ours.accept(b)
+            toks.append(b)
+            h, lg = r.decode([b])
+    assert len(set(toks)) > 1
