@@ -91,6 +91,13 @@ class _Models:
         self.f32 = {}
         self.files = {}
         self.outputs = {}
+        self.heads64 = {}
+
+    def w64(self, name, t):
+        """The file's head as float64 (dequantized once per session: the 32000-row head is slow in numpy)."""
+        if (name, t) not in self.heads64:
+            self.heads64[(name, t)] = _w64(self.path(name, t), self.case(name), t)
+        return self.heads64[(name, t)]
 
     def case(self, name) -> M.ModelCase:
         c = BY_NAME[name]
@@ -180,11 +187,12 @@ def test_llama_cpp_matches_float64_reference(models, name, t):
     path = models.path(name, t)
     out = models.run(name, t)
     scale, cap, _ = EXPECT[c.arch]
-    w64 = _w64(path, c, t)
+    w64 = models.w64(name, t)
     assert out["n_embd"] == c.hidden and out["n_vocab"] == w64.shape[0]
     for h, lg in ((out["h1"], out["l1"]), (out["hT"], out["lT"])):
         ref = M.reference_logits(h, w64, scale, cap)
         err = M.normwise(lg, ref)
+        print(f"\n{name} {t} T={len(h)}: llama.cpp vs float64 {err:.3g}")
         assert err <= LLAMA_BOUND[t], f"{name} {t}: llama.cpp vs float64 {err:.3g} > {LLAMA_BOUND[t]:g}"
         if scale != 1.0 or cap:
             # The scale / cap is what llama.cpp applies: without it the logits are far off.
@@ -206,7 +214,7 @@ def test_lmtail_logits_vs_llama_cpp(models, name, t, record_property):
     scale, cap, _ = EXPECT[c.arch]
     assert (spec.logit_scale, spec.softcap) == (scale, cap)
     head = _head(spec, t)
-    w64 = _w64(path, c, t)
+    w64 = models.w64(name, t)
     errs = []
     n_clear = n_rows = 0
     for h, lg in ((out["h1"], out["l1"]), (out["hT"], out["lT"])):
@@ -235,8 +243,9 @@ def test_lmtail_logits_vs_llama_cpp(models, name, t, record_property):
         assert np.array_equal(np.argmax(ours, axis=-1)[clear], want[clear])
         n_clear += int(clear.sum())
         n_rows += len(clear)
-    record_property("errors", {"lmtail_vs_f64": max(e[0] for e in errs), "llama_vs_f64": max(e[1] for e in errs)})
-    print(f"\n{name} {t}: lmtail vs float64 {max(e[0] for e in errs):.3g}, llama.cpp vs float64 {max(e[1] for e in errs):.3g}; "
+    e_ours, e_llama = max(e[0] for e in errs), max(e[1] for e in errs)
+    record_property("errors", {"lmtail_vs_f64": e_ours, "llama_vs_f64": e_llama})
+    print(f"\n{name} {t}: lmtail vs float64 {e_ours:.3g}, llama.cpp vs float64 {e_llama:.3g}; "
           f"greedy compared on {n_clear}/{n_rows} rows")
 
 
@@ -261,7 +270,7 @@ def test_from_gguf_reads_as_llama_cpp(models, name, t):
     # state, so without the norm) match llama.cpp's within llama.cpp's own error.
     spec = _spec(path, t)
     bare = _head(spec, t)
-    w64 = _w64(path, c, t)
+    w64 = models.w64(name, t)
     h, lg, x = out["hT"], out["lT"], out["xT"]
     ref = M.reference_logits(h, w64, head.logit_scale, head.softcap)
     assert M.normwise(bare.logits(h), ref) <= LMTAIL_TOL
@@ -343,7 +352,7 @@ def test_generation_loop_with_lmtail_head(models, name, t):
     _require_lmtail_type(t)
     spec = _spec(path, t)
     head = _head(spec, t)
-    w64 = _w64(path, c, t)
+    w64 = models.w64(name, t)
     params = dict(seed=99 + len(name), penalty_last_n=16, penalty_repeat=1.3, penalty_present=0.5, temp=1.0)
     with M.LlamaRun(path) as r:
         ours = common_chain(r.n_vocab, **params)
