@@ -13,9 +13,13 @@ take llama.cpp's post-norm hidden states (result_norm) and its logits, then chec
 * lmtail's logits from those hidden states (a Head built from ``load_head_spec``'s weight and type,
   no norm) within 1e-6 normwise of the reference and within llama.cpp's measured error of
   llama.cpp's logits; the greedy token equal to llama.cpp's wherever the top-2 gap exceeds it;
-* ``Head.from_gguf`` reads the scale, cap, norm kind and EOG ids as llama.cpp does;
-* a seeded generation loop: llama.cpp computes the body, lmtail's common sampler chain samples
-  llama.cpp's logits, token for token equal to llama.cpp's own chain with the same seed.
+* ``Head.from_gguf`` reads the scale, cap, norm kind, epsilon and EOG ids as llama.cpp does
+  (the norm: llama.cpp's final-norm input, captured from its graph by the eval callback, normed
+  in float64 gives its result_norm; from_gguf's whole tail on that input is within 1e-6);
+* seeded generation loops: llama.cpp computes the body, lmtail's common sampler chain samples
+  llama.cpp's logits, token for token equal to llama.cpp's own chain with the same seed; and
+  with lmtail's head in the loop, equal to llama.cpp's chain on the float64 head (and to
+  llama.cpp's own tokens on F32 heads).
 
 A head type the installed lmtail does not run yet is skipped with the reason.
 """
