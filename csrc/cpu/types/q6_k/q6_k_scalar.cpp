@@ -24,4 +24,35 @@ void matvec_q6_k_scalar(const MatvecCall &c, int64_t r0, int64_t r1) {
     }
 }
 
+// Precision::I24 reference (q6k.hpp): written for clarity, not speed.
+void matvec_q6_k_i24_scalar(const Q6kI24Args &a, int64_t r0, int64_t r1) {
+    const MatvecCall &c = *a.c;
+    const int64_t nb = c.cols / LMT_QK_K;
+    for (int64_t r = r0; r < r1; ++r) {
+        const auto *blocks = reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)r * c.row_stride);
+        for (int64_t t = 0; t < c.T; ++t) {
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t b = 0; b < nb; ++b) {
+                const lmt_block_q6_K &blk = blocks[b];
+                const int64_t tb = t * nb + b;
+                const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
+                const float d = f16_to_f32(blk.d), e = d * a.dx[tb], ec = d * a.dxc[tb];
+                for (int h = 0; h < 2; ++h) {
+                    int64_t L[8] = {0, 0, 0, 0, 0, 0, 0, 0}, C[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    for (int i = 128 * h; i < 128 * h + 128; ++i) {
+                        const int64_t w16 = (int64_t)blk.scales[i >> 4] * lmt_q6k_q(blk.ql, blk.qh, i);
+                        L[(i & 15) >> 1] += w16 * xa[i];
+                        C[(i & 15) >> 1] += w16 * xc[i];
+                    }
+                    for (int k = 0; k < 8; ++k) {
+                        acc[k] = std::fma((float)(int32_t)L[k], e, acc[k]);
+                        acc[k] = std::fma((float)(int32_t)C[k], ec, acc[k]);
+                    }
+                }
+            }
+            c.logits[t * c.rows + r] = q6k_hsum8(acc);
+        }
+    }
+}
+
 }  // namespace lmt::cpu
