@@ -299,3 +299,23 @@ def test_bad_arguments():
             matvec(q, np.ones((1, 512), np.float32), precision=p)
     with pytest.raises(errors.ParameterError):
         matvec(q, np.ones((1, 512), np.float32), cols=768)  # x has 512 columns, not 768
+
+
+def test_neon_paths_equal_scalar_bytes_under_qemu(tmp_path):
+    """NEON F32 and I24 kernels against the scalar references (arbitrary blocks, int16
+    activations at the bounds, NaN scales, non-finite x), cross-built and run under qemu."""
+    import os
+    import shutil
+    import subprocess
+
+    cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
+    if not cxx or not qemu:
+        pytest.skip("aarch64-linux-gnu-g++ / qemu-aarch64 not installed (NEON parity not run)")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    d = os.path.join(root, "csrc", "cpu", "types", "q6_k")
+    exe = str(tmp_path / "q6k_neon_parity")
+    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-I", os.path.join(root, "csrc"),
+                    "-I", os.path.join(root, "csrc", "include"), os.path.join(d, "neon_parity.cc"),
+                    os.path.join(d, "q6_k_scalar.cpp"), os.path.join(d, "q6_k_neon.cpp"), "-o", exe], check=True)
+    r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

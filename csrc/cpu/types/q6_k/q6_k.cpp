@@ -82,7 +82,10 @@ void q6_k_matvec(const MatvecCall &c) {
             case Isa::Avx512: kernel = matvec_q6_k_i24_avx512; break;
             case Isa::Avx2: kernel = matvec_q6_k_i24_avx2; break;
 #endif
-            default: break;  // NEON: the scalar reference (no NEON kernel yet)
+#if defined(LMTAIL_HAVE_NEON)
+            case Isa::Neon: kernel = matvec_q6_k_i24_neon; break;
+#endif
+            default: break;
         }
         for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
         return;
@@ -93,7 +96,10 @@ void q6_k_matvec(const MatvecCall &c) {
         case Isa::Avx512: kernel = matvec_q6_k_avx512; break;
         case Isa::Avx2: kernel = matvec_q6_k_avx2; break;
 #endif
-        default: break;  // NEON: the scalar reference (no NEON kernel yet)
+#if defined(LMTAIL_HAVE_NEON)
+        case Isa::Neon: kernel = matvec_q6_k_neon; break;
+#endif
+        default: break;
     }
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(c, r0, r1); });
 }

@@ -21,6 +21,7 @@ namespace lmt::cpu {
 void matvec_q6_k_scalar(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_q6_k_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_q6_k_avx512(const MatvecCall &c, int64_t r0, int64_t r1);
+void matvec_q6_k_neon(const MatvecCall &c, int64_t r0, int64_t r1);
 
 
 // ---- Precision::I24: two-piece 16-bit block fixed point, integer sums -----------------------
@@ -52,6 +53,7 @@ struct Q6kI24Args {
 void matvec_q6_k_i24_scalar(const Q6kI24Args &a, int64_t r0, int64_t r1);
 void matvec_q6_k_i24_avx2(const Q6kI24Args &a, int64_t r0, int64_t r1);
 void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1);
+void matvec_q6_k_i24_neon(const Q6kI24Args &a, int64_t r0, int64_t r1);
 
 static inline float q6k_hsum8(const float a[8]) {
     float b[4], c[2];
