@@ -6,7 +6,7 @@
 // roundings as the reference (no FMA: -ffp-contract=off and the pragmas below; int -> float
 // conversions where the reference converts, e.g. w*x*l is (w*x)*float(l); nearest-int by the
 // 1.5*2^23 trick, reproduced outside its nominal range too). Fail closed: a non-finite weight or a
-// block whose f16 scale d overflows (|w| above about 2.7e8) throws ArgumentError after the call.
+// block whose f16 scale d overflows (|w| above about 2.68e8) throws ArgumentError after the call.
 //
 // dequantize_q6_k is ggml's dequantize_row_q6_K: y = (d * sc) * (q - 32), see q6k.hpp.
 // Rows are independent and split over threads, so the bytes do not depend on the thread count.
@@ -230,7 +230,7 @@ void quantize_q6_k(const float *src, uint8_t *dst, int64_t rows, int64_t cols, i
     std::snprintf(buf, sizeof buf, "%.9g", (double)amax);
     throw ArgumentError("quantize (Q6_K): row " + std::to_string(r) + ", super-block " + std::to_string(b) +
                         " (max |w| = " + buf + ") overflows Q6_K's f16 scale d (the block would decode to "
-                        "inf/NaN); Q6_K represents weights only up to about 2.7e8 in magnitude");
+                        "inf/NaN); Q6_K represents weights only up to about 2.68e8 (65504 * 4096) in magnitude");
 }
 
 void dequantize_q6_k(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads) {

@@ -103,6 +103,9 @@ static inline void q6k_i24_quarter(__m256i q, const int16_t *scw, int j, const i
                                                        _mm256_madd_epi16(w1, _mm256_loadu_si256(pa + 1))));
         C[t] = _mm256_add_epi32(C[t], _mm256_add_epi32(_mm256_madd_epi16(w0, _mm256_loadu_si256(pc)),
                                                        _mm256_madd_epi16(w1, _mm256_loadu_si256(pc + 1))));
+        // As in Q5_K: at TG = 1 pin the running sums so GCC does not re-associate the half block
+        // into one add tree after all products (spills); exact integers, so the bytes are equal.
+        if constexpr (TG == 1) asm("" : "+x"(L[t]), "+x"(C[t]));
     }
 }
 
