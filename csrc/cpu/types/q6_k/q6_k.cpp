@@ -1,0 +1,113 @@
+// Q6_K (ggml type 14): the type-table row and the matvec dispatch (activation preparation for
+// I24, ISA selection, row split over threads). The canonical expressions are in q6k.hpp; the
+// quantiser in q6_k_quantize.cpp.
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "cpu/types/q6_k/q6k.hpp"
+
+namespace lmt::cpu {
+namespace {
+
+// Round to nearest even for |v| < 2^51 (the build has -ffp-contract=off and no fast-math;
+// volatile keeps both additions).
+inline double round_even(double v) {
+    const double magic = 6755399441055744.0;
+    volatile double t = v + magic;
+    return t - magic;
+}
+
+inline double clamp16(double v) { return std::min(32767.0, std::max(-32767.0, v)); }
+
+// The I24 activations (q6k.hpp): scalar and in double, so every ISA and thread count sees the
+// same integers (T * cols elements per call, negligible against the weights).
+void prepare_x_q6k(const float *x, int64_t T, int64_t cols, int16_t *xa, int16_t *xc, float *dx, float *dxc) {
+    const int64_t nb = cols / LMT_QK_K;
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t b = 0; b < nb; ++b) {
+            const float *xb = x + t * cols + b * LMT_QK_K;
+            int16_t *ab = xa + t * cols + b * LMT_QK_K, *cb = xc + t * cols + b * LMT_QK_K;
+            float amax = 0.0f;
+            bool nonfinite = false;
+            for (int i = 0; i < LMT_QK_K; ++i) {
+                nonfinite |= is_nonfinite(xb[i]);
+                amax = std::max(amax, std::fabs(xb[i]));
+            }
+            if (nonfinite || amax == 0.0f) {
+                const float s = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+                std::fill(ab, ab + LMT_QK_K, (int16_t)0);
+                std::fill(cb, cb + LMT_QK_K, (int16_t)0);
+                dx[t * nb + b] = dxc[t * nb + b] = s;
+                continue;
+            }
+            const double s = (double)amax / 32767.0, inv = 32767.0 / (double)amax;
+            const double inv2 = 65534.0 / s;  // finite: s >= 2^-164
+            for (int i = 0; i < LMT_QK_K; ++i) {
+                const double av = clamp16(round_even((double)xb[i] * inv));
+                ab[i] = (int16_t)av;
+                cb[i] = (int16_t)clamp16(round_even(((double)xb[i] - av * s) * inv2));
+            }
+            dx[t * nb + b] = (float)s;
+            dxc[t * nb + b] = (float)(s / 65534.0);
+        }
+    }
+}
+
+struct I24Scratch {  // per calling thread: grown, never shrunk
+    std::vector<int16_t> a, c;
+    std::vector<float> dx, dxc;
+};
+
+// 64 rows per task (~340 KB of weights at cols = 6656), as Q5_K.
+constexpr int64_t kRowsPerTask = 64;
+
+void q6_k_matvec(const MatvecCall &c) {
+    if (c.precision == Precision::I24) {
+        thread_local I24Scratch s;
+        const size_t n = (size_t)(c.T * c.cols), nbt = (size_t)(c.T * (c.cols / LMT_QK_K));
+        if (s.a.size() < n) {
+            s.a.resize(n);
+            s.c.resize(n);
+        }
+        if (s.dx.size() < nbt) {
+            s.dx.resize(nbt);
+            s.dxc.resize(nbt);
+        }
+        prepare_x_q6k(c.x, c.T, c.cols, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data());
+        const Q6kI24Args a{&c, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data()};
+        void (*kernel)(const Q6kI24Args &, int64_t, int64_t) = matvec_q6_k_i24_scalar;
+        switch (c.isa) {
+#if defined(LMTAIL_HAVE_X86)
+            case Isa::Avx512: kernel = matvec_q6_k_i24_avx512; break;
+            case Isa::Avx2: kernel = matvec_q6_k_i24_avx2; break;
+#endif
+#if defined(LMTAIL_HAVE_NEON)
+            case Isa::Neon: kernel = matvec_q6_k_i24_neon; break;
+#endif
+            default: break;
+        }
+        for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+        return;
+    }
+    void (*kernel)(const MatvecCall &, int64_t, int64_t) = matvec_q6_k_scalar;
+    switch (c.isa) {
+#if defined(LMTAIL_HAVE_X86)
+        case Isa::Avx512: kernel = matvec_q6_k_avx512; break;
+        case Isa::Avx2: kernel = matvec_q6_k_avx2; break;
+#endif
+#if defined(LMTAIL_HAVE_NEON)
+        case Isa::Neon: kernel = matvec_q6_k_neon; break;
+#endif
+        default: break;
+    }
+    for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(c, r0, r1); });
+}
+
+}  // namespace
+
+// Default: I24 (faster than F32, and at least as accurate: see tests/test_type_q6_k.py).
+const CpuTypeImpl kCpuQ6_K{WeightType::Q6_K, precision_bit(Precision::F32) | precision_bit(Precision::I24),
+                           Precision::I24, q6_k_matvec, quantize_q6_k, dequantize_q6_k};
+
+}  // namespace lmt::cpu
