@@ -1,0 +1,144 @@
+// AVX2 + FMA Q4_0 matvec (Precision::F32): the canonical 16-lane tree of q4_0_kernels.hpp held as
+// two 8-lane registers per (row, activation row).
+//
+// T = 1: R rows decoded on the fly, 2R independent FMA chains (one row alone is bound by the FMA
+// latency). T > 1: R rows decoded once into f32 scratch (L1/L2), then applied to activation rows
+// TG at a time, one lane half at a time, so each decoded weight serves TG rows.
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+#include "cpu/types/q4_0/q4_0_kernels.hpp"
+
+namespace lmt::cpu::q4_0 {
+namespace {
+
+constexpr int kQK = LMT_Q4_0_BLOCK_ELEMS;
+constexpr size_t kBB = LMT_Q4_0_BLOCK_BYTES;
+
+static inline __m256 load_d(const uint8_t *blk) {
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    // F16C is exact for every half (subnormals included); a NaN comes out quiet, as the scalar
+    // path's multiply makes it, so the logits' bits agree.
+    return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+// The block's 32 weights d * (q - 8) as lanes 0-7, 8-15 (weights 0-15) and 0-7, 8-15 (16-31).
+static inline void decode_block(const uint8_t *blk, __m256 w[4]) {
+    const __m256 d = load_d(blk);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2));
+    const __m128i m = _mm_set1_epi8(0x0F), e = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(v, m), e);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m), e);
+    w[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d);
+    w[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d);
+    w[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d);
+    w[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d);
+}
+
+static inline float hsum16_avx(__m256 lo, __m256 hi) {
+    const __m256 b = _mm256_add_ps(lo, hi);
+    const __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+    const __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_shuffle_ps(d, d, 1)));
+}
+
+template <int R>
+static void rows_t1(const Args &a, int64_t r) {
+    const int64_t nb = a.cols / kQK;
+    const uint8_t *row[R];
+    __m256 acc0[R], acc1[R];
+    for (int k = 0; k < R; ++k) {
+        row[k] = a.w + (size_t)(r + k) * a.row_stride;
+        acc0[k] = acc1[k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const float *xb = a.x + b * kQK;
+        const __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8);
+        const __m256 x2 = _mm256_loadu_ps(xb + 16), x3 = _mm256_loadu_ps(xb + 24);
+        for (int k = 0; k < R; ++k) {
+            __m256 w[4];
+            decode_block(row[k] + (size_t)b * kBB, w);
+            acc0[k] = _mm256_fmadd_ps(w[0], x0, acc0[k]);
+            acc1[k] = _mm256_fmadd_ps(w[1], x1, acc1[k]);
+            acc0[k] = _mm256_fmadd_ps(w[2], x2, acc0[k]);
+            acc1[k] = _mm256_fmadd_ps(w[3], x3, acc1[k]);
+        }
+    }
+    for (int k = 0; k < R; ++k) a.logits[r + k] = hsum16_avx(acc0[k], acc1[k]);
+}
+
+// Lane half h (0: lanes 0-7, 1: lanes 8-15) of R decoded rows against TG activation rows.
+template <int R, int TG>
+static void half_tg(const float *s, int64_t cols, const float *const *x, int h, __m256 (*out)[4]) {
+    __m256 acc[R][TG];
+    for (int k = 0; k < R; ++k)
+        for (int t = 0; t < TG; ++t) acc[k][t] = _mm256_setzero_ps();
+    for (int64_t i = 8 * h; i < cols; i += kQK) {
+        for (int k = 0; k < R; ++k) {
+            const __m256 w0 = _mm256_loadu_ps(s + k * cols + i), w1 = _mm256_loadu_ps(s + k * cols + i + 16);
+            for (int t = 0; t < TG; ++t) {
+                acc[k][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), acc[k][t]);
+                acc[k][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + i + 16), acc[k][t]);
+            }
+        }
+    }
+    for (int k = 0; k < R; ++k)
+        for (int t = 0; t < TG; ++t) out[k][t] = acc[k][t];
+}
+
+template <int R, int TG>
+static void rows_tg(const Args &a, const float *s, int64_t r, int64_t t0) {
+    const float *x[TG];
+    for (int t = 0; t < TG; ++t) x[t] = a.x + (t0 + t) * a.cols;
+    __m256 lo[R][4], hi[R][4];
+    half_tg<R, TG>(s, a.cols, x, 0, lo);
+    half_tg<R, TG>(s, a.cols, x, 1, hi);
+    for (int k = 0; k < R; ++k)
+        for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r + k] = hsum16_avx(lo[k][t], hi[k][t]);
+}
+
+template <int R>
+static void rows_t(const Args &a, std::vector<float> &s, int64_t r) {
+    const int64_t nb = a.cols / kQK;
+    if ((int64_t)s.size() < R * a.cols) s.resize((size_t)(R * a.cols));
+    for (int k = 0; k < R; ++k) {
+        const uint8_t *row = a.w + (size_t)(r + k) * a.row_stride;
+        float *sk = s.data() + k * a.cols;
+        for (int64_t b = 0; b < nb; ++b) {
+            __m256 w[4];
+            decode_block(row + (size_t)b * kBB, w);
+            _mm256_storeu_ps(sk + b * kQK, w[0]);
+            _mm256_storeu_ps(sk + b * kQK + 8, w[1]);
+            _mm256_storeu_ps(sk + b * kQK + 16, w[2]);
+            _mm256_storeu_ps(sk + b * kQK + 24, w[3]);
+        }
+    }
+    int64_t t = 0;
+    for (; t + 4 <= a.T; t += 4) rows_tg<R, 4>(a, s.data(), r, t);
+    switch (a.T - t) {
+        case 3: rows_tg<R, 3>(a, s.data(), r, t); break;
+        case 2: rows_tg<R, 2>(a, s.data(), r, t); break;
+        case 1: rows_tg<R, 1>(a, s.data(), r, t); break;
+        default: break;
+    }
+}
+
+}  // namespace
+
+void matvec_avx2(const Args &a, int64_t r0, int64_t r1) {
+    if (a.T == 1) {
+        int64_t r = r0;
+        for (; r + 4 <= r1; r += 4) rows_t1<4>(a, r);
+        for (; r < r1; ++r) rows_t1<1>(a, r);
+        return;
+    }
+    thread_local std::vector<float> s;
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) rows_t<2>(a, s, r);
+    for (; r < r1; ++r) rows_t<1>(a, s, r);
+}
+
+}  // namespace lmt::cpu::q4_0
