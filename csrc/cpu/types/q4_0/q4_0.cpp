@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
 
@@ -155,9 +156,96 @@ void matvec_scalar(const Args &a, int64_t r0, int64_t r1) {
     }
 }
 
+void matvec_i24_scalar(const I24Args &a, int64_t r0, int64_t r1) {
+    const int64_t nb = a.cols / kQK;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t *row = a.w + (size_t)r * a.row_stride;
+        for (int64_t t = 0; t < a.T; ++t) {
+            float acc[8] = {};
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *blk = row + (size_t)b * kBB;
+                uint16_t dh;
+                std::memcpy(&dh, blk, 2);
+                const int16_t *xa = a.a + t * a.cols + b * kQK;
+                const uint8_t *xr = a.r + t * a.cols + b * kQK;
+                int32_t S[8] = {};
+                for (int i = 0; i < kQK; ++i) {
+                    const int32_t q = lmt_q4_0_q(blk + 2, i);
+                    S[i24_a_lane(i)] += 256 * q * xa[i24_a_pos(i)];
+                    S[i >> 2] += q * xr[i];
+                }
+                const float e = f16_to_f32(dh) * a.sr[t * nb + b];
+                for (int k = 0; k < 8; ++k) acc[k] = std::fma((float)S[k], e, acc[k]);
+            }
+            a.logits[t * a.rows + r] = hsum8(acc);
+        }
+    }
+}
+
 namespace {
 
+// Round to nearest even for |v| < 2^51 (IEEE double, default rounding; no fast-math).
+double round_even(double v) {
+    const double magic = 6755399441055744.0;
+    volatile double t = v + magic;
+    return t - magic;
+}
+
+// The I24 activations of q4_0_kernels.hpp, in double: the same bytes for every ISA and thread
+// count (T * cols elements, negligible against the weights).
+void prepare_i24(const float *x, int64_t T, int64_t cols, int16_t *xa, uint8_t *xr, float *sr) {
+    const int64_t nb = cols / kQK;
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t b = 0; b < nb; ++b) {
+            const float *xb = x + t * cols + b * kQK;
+            int16_t *ab = xa + t * cols + b * kQK;
+            uint8_t *rb = xr + t * cols + b * kQK;
+            float amax = 0.0f;
+            bool nonfinite = false;
+            for (int i = 0; i < kQK; ++i) {
+                nonfinite |= is_nonfinite(xb[i]);
+                amax = std::max(amax, std::fabs(xb[i]));
+            }
+            if (nonfinite || amax == 0.0f) {
+                std::memset(ab, 0, kQK * sizeof(int16_t));
+                std::memset(rb, 0, kQK);
+                sr[t * nb + b] = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+                continue;
+            }
+            const double step = (double)amax / 32767.0, inv = 32767.0 / (double)amax, rinv = 256.0 / step;
+            for (int i = 0; i < kQK; ++i) {
+                const double av = std::min(32767.0, std::max(-32767.0, std::floor((double)xb[i] * inv)));
+                const double rv = std::min(255.0, std::max(0.0, round_even(((double)xb[i] - av * step) * rinv)));
+                ab[i24_a_pos(i)] = (int16_t)av;
+                rb[i] = (uint8_t)rv;
+            }
+            sr[t * nb + b] = (float)(step / 256.0);
+        }
+    }
+}
+
+struct I24Scratch {
+    std::vector<int16_t> a;
+    std::vector<uint8_t> r;
+    std::vector<float> sr;
+};
+
 void matvec(const MatvecCall &c) {
+    if (c.precision == Precision::I24) {
+        thread_local I24Scratch xs;
+        const size_t n = (size_t)(c.T * c.cols);
+        if (xs.a.size() < n) xs.a.resize(n);
+        if (xs.r.size() < n) xs.r.resize(n);
+        if (xs.sr.size() < n / kQK) xs.sr.resize(n / kQK);
+        prepare_i24(c.x, c.T, c.cols, xs.a.data(), xs.r.data(), xs.sr.data());
+        const I24Args a{c.w, c.rows, c.cols, c.row_stride, xs.a.data(), xs.r.data(), xs.sr.data(), c.T, c.logits};
+        void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
+#if defined(LMTAIL_HAVE_X86)
+        if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_i24_avx2;
+#endif
+        for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+        return;
+    }
     const Args a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
     void (*kernel)(const Args &, int64_t, int64_t) = matvec_scalar;
 #if defined(LMTAIL_HAVE_X86)
@@ -171,7 +259,8 @@ void matvec(const MatvecCall &c) {
 }  // namespace
 }  // namespace q4_0
 
-const CpuTypeImpl kCpuQ4_0{WeightType::Q4_0, precision_bit(Precision::F32), Precision::F32, q4_0::matvec,
+const CpuTypeImpl kCpuQ4_0{WeightType::Q4_0, precision_bit(Precision::F32) | precision_bit(Precision::I24),
+                           Precision::I24, q4_0::matvec,
                            q4_0::quantize, q4_0::dequantize};
 
 }  // namespace lmt::cpu
