@@ -6,6 +6,7 @@
 // TG at a time, one lane half at a time, so each decoded weight serves TG rows.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -70,60 +71,83 @@ static void rows_t1(const Args &a, int64_t r) {
     for (int k = 0; k < R; ++k) a.logits[r + k] = hsum16_avx(acc0[k], acc1[k]);
 }
 
-// Lane half h (0: lanes 0-7, 1: lanes 8-15) of R decoded rows against TG activation rows.
-template <int R, int TG>
-static void half_tg(const float *s, int64_t cols, const float *const *x, int h, __m256 (*out)[4]) {
-    __m256 acc[R][TG];
-    for (int k = 0; k < R; ++k)
-        for (int t = 0; t < TG; ++t) acc[k][t] = _mm256_setzero_ps();
-    for (int64_t i = 8 * h; i < cols; i += kQK) {
-        for (int k = 0; k < R; ++k) {
-            const __m256 w0 = _mm256_loadu_ps(s + k * cols + i), w1 = _mm256_loadu_ps(s + k * cols + i + 16);
+// T > 1, cache-blocked: RG rows x C columns of weights are decoded into f32 scratch (8 KB) and
+// applied to every activation row's C columns (T * 2 KB) while both sit in L1; the per-lane
+// accumulators live in memory between column chunks (a store and reload is exact, so each lane's
+// FMA chain and order are the canonical ones).
+constexpr int kRG = 4;
+constexpr int64_t kC = 512;
+
+// Lane half h (0: lanes 0-7, 1: lanes 8-15) of KR decoded rows against TG activation rows over
+// the chunk [c0, c0 + cl).
+template <int KR, int TG>
+static inline void chunk_half(const float *s, const float *const *x, int64_t c0, int64_t cl, int h, float *accm,
+                              int64_t T) {
+    __m256 acc[KR][TG];
+    for (int k = 0; k < KR; ++k)
+        for (int t = 0; t < TG; ++t) acc[k][t] = _mm256_loadu_ps(accm + (k * T + t) * 16 + 8 * h);
+    for (int64_t i = 8 * h; i < cl; i += kQK) {
+        for (int k = 0; k < KR; ++k) {
+            const __m256 w0 = _mm256_loadu_ps(s + k * kC + i), w1 = _mm256_loadu_ps(s + k * kC + i + 16);
             for (int t = 0; t < TG; ++t) {
-                acc[k][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + i), acc[k][t]);
-                acc[k][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + i + 16), acc[k][t]);
+                acc[k][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c0 + i), acc[k][t]);
+                acc[k][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + c0 + i + 16), acc[k][t]);
             }
         }
     }
-    for (int k = 0; k < R; ++k)
-        for (int t = 0; t < TG; ++t) out[k][t] = acc[k][t];
+    for (int k = 0; k < KR; ++k)
+        for (int t = 0; t < TG; ++t) _mm256_storeu_ps(accm + (k * T + t) * 16 + 8 * h, acc[k][t]);
 }
 
-template <int R, int TG>
-static void rows_tg(const Args &a, const float *s, int64_t r, int64_t t0) {
+template <int KR, int TG>
+static inline void chunk_rows(const float *s, const Args &a, int64_t t0, int64_t c0, int64_t cl, float *accm) {
     const float *x[TG];
     for (int t = 0; t < TG; ++t) x[t] = a.x + (t0 + t) * a.cols;
-    __m256 lo[R][4], hi[R][4];
-    half_tg<R, TG>(s, a.cols, x, 0, lo);
-    half_tg<R, TG>(s, a.cols, x, 1, hi);
-    for (int k = 0; k < R; ++k)
-        for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r + k] = hsum16_avx(lo[k][t], hi[k][t]);
+    chunk_half<KR, TG>(s, x, c0, cl, 0, accm + t0 * 16, a.T);
+    chunk_half<KR, TG>(s, x, c0, cl, 1, accm + t0 * 16, a.T);
 }
 
-template <int R>
-static void rows_t(const Args &a, std::vector<float> &s, int64_t r) {
-    const int64_t nb = a.cols / kQK;
-    if ((int64_t)s.size() < R * a.cols) s.resize((size_t)(R * a.cols));
-    for (int k = 0; k < R; ++k) {
-        const uint8_t *row = a.w + (size_t)(r + k) * a.row_stride;
-        float *sk = s.data() + k * a.cols;
-        for (int64_t b = 0; b < nb; ++b) {
-            __m256 w[4];
-            decode_block(row + (size_t)b * kBB, w);
-            _mm256_storeu_ps(sk + b * kQK, w[0]);
-            _mm256_storeu_ps(sk + b * kQK + 8, w[1]);
-            _mm256_storeu_ps(sk + b * kQK + 16, w[2]);
-            _mm256_storeu_ps(sk + b * kQK + 24, w[3]);
-        }
-    }
+template <int KR>
+static void chunk_all_t(const float *s, const Args &a, int64_t c0, int64_t cl, float *accm) {
     int64_t t = 0;
-    for (; t + 4 <= a.T; t += 4) rows_tg<R, 4>(a, s.data(), r, t);
+    for (; t + 4 <= a.T; t += 4) chunk_rows<KR, 4>(s, a, t, c0, cl, accm);
     switch (a.T - t) {
-        case 3: rows_tg<R, 3>(a, s.data(), r, t); break;
-        case 2: rows_tg<R, 2>(a, s.data(), r, t); break;
-        case 1: rows_tg<R, 1>(a, s.data(), r, t); break;
+        case 3: chunk_rows<KR, 3>(s, a, t, c0, cl, accm); break;
+        case 2: chunk_rows<KR, 2>(s, a, t, c0, cl, accm); break;
+        case 1: chunk_rows<KR, 1>(s, a, t, c0, cl, accm); break;
         default: break;
     }
+}
+
+struct Scratch {
+    std::vector<float> w, acc;
+};
+
+static void rows_t(const Args &a, Scratch &sc, int64_t r, int nr) {
+    if (sc.w.size() < (size_t)(kRG * kC)) sc.w.resize((size_t)(kRG * kC));
+    if (sc.acc.size() < (size_t)(kRG * a.T * 16)) sc.acc.resize((size_t)(kRG * a.T * 16));
+    std::fill(sc.acc.begin(), sc.acc.begin() + kRG * a.T * 16, 0.0f);
+    for (int64_t c0 = 0; c0 < a.cols; c0 += kC) {
+        const int64_t cl = std::min<int64_t>(kC, a.cols - c0);
+        for (int k = 0; k < nr; ++k) {
+            const uint8_t *row = a.w + (size_t)(r + k) * a.row_stride + (size_t)(c0 / kQK) * kBB;
+            float *sk = sc.w.data() + k * kC;
+            for (int64_t b = 0; b < cl / kQK; ++b) {
+                __m256 w[4];
+                decode_block(row + (size_t)b * kBB, w);
+                _mm256_storeu_ps(sk + b * kQK, w[0]);
+                _mm256_storeu_ps(sk + b * kQK + 8, w[1]);
+                _mm256_storeu_ps(sk + b * kQK + 16, w[2]);
+                _mm256_storeu_ps(sk + b * kQK + 24, w[3]);
+            }
+        }
+        int k = 0;
+        for (; k + 2 <= nr; k += 2) chunk_all_t<2>(sc.w.data() + k * kC, a, c0, cl, sc.acc.data() + k * a.T * 16);
+        if (k < nr) chunk_all_t<1>(sc.w.data() + k * kC, a, c0, cl, sc.acc.data() + k * a.T * 16);
+    }
+    for (int k = 0; k < nr; ++k)
+        for (int64_t t = 0; t < a.T; ++t)
+            a.logits[t * a.rows + r + k] = hsum16(sc.acc.data() + (k * a.T + t) * 16);
 }
 
 }  // namespace
@@ -135,10 +159,8 @@ void matvec_avx2(const Args &a, int64_t r0, int64_t r1) {
         for (; r < r1; ++r) rows_t1<1>(a, r);
         return;
     }
-    thread_local std::vector<float> s;
-    int64_t r = r0;
-    for (; r + 2 <= r1; r += 2) rows_t<2>(a, s, r);
-    for (; r < r1; ++r) rows_t<1>(a, s, r);
+    thread_local Scratch sc;
+    for (int64_t r = r0; r < r1; r += kRG) rows_t(a, sc, r, (int)std::min<int64_t>(kRG, r1 - r));
 }
 
 }  // namespace lmt::cpu::q4_0
