@@ -87,11 +87,17 @@ static inline void chunk_half(const float *s, const float *const *x, int64_t c0,
     for (int k = 0; k < KR; ++k)
         for (int t = 0; t < TG; ++t) acc[k][t] = _mm256_loadu_ps(accm + (k * T + t) * 16 + 8 * h);
     for (int64_t i = 8 * h; i < cl; i += kQK) {
+        // x held in registers across the KR rows: loads stay below the FMA rate.
+        __m256 x0[TG], x1[TG];
+        for (int t = 0; t < TG; ++t) {
+            x0[t] = _mm256_loadu_ps(x[t] + c0 + i);
+            x1[t] = _mm256_loadu_ps(x[t] + c0 + i + 16);
+        }
         for (int k = 0; k < KR; ++k) {
             const __m256 w0 = _mm256_loadu_ps(s + k * kC + i), w1 = _mm256_loadu_ps(s + k * kC + i + 16);
             for (int t = 0; t < TG; ++t) {
-                acc[k][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x[t] + c0 + i), acc[k][t]);
-                acc[k][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x[t] + c0 + i + 16), acc[k][t]);
+                acc[k][t] = _mm256_fmadd_ps(w0, x0[t], acc[k][t]);
+                acc[k][t] = _mm256_fmadd_ps(w1, x1[t], acc[k][t]);
             }
         }
     }
@@ -107,15 +113,13 @@ static inline void chunk_rows(const float *s, const Args &a, int64_t t0, int64_t
     chunk_half<KR, TG>(s, x, c0, cl, 1, accm + t0 * 16, a.T);
 }
 
-template <int KR>
+// KR * TG accumulators + 2 * TG x registers + 2 weights fit the 16 ymm registers.
+template <int KR, int TG>
 static void chunk_all_t(const float *s, const Args &a, int64_t c0, int64_t cl, float *accm) {
     int64_t t = 0;
-    for (; t + 4 <= a.T; t += 4) chunk_rows<KR, 4>(s, a, t, c0, cl, accm);
-    switch (a.T - t) {
-        case 3: chunk_rows<KR, 3>(s, a, t, c0, cl, accm); break;
-        case 2: chunk_rows<KR, 2>(s, a, t, c0, cl, accm); break;
-        case 1: chunk_rows<KR, 1>(s, a, t, c0, cl, accm); break;
-        default: break;
+    for (; t + TG <= a.T; t += TG) chunk_rows<KR, TG>(s, a, t, c0, cl, accm);
+    if constexpr (TG > 1) {
+        for (; t < a.T; ++t) chunk_rows<KR, 1>(s, a, t, c0, cl, accm);
     }
 }
 
@@ -141,9 +145,12 @@ static void rows_t(const Args &a, Scratch &sc, int64_t r, int nr) {
                 _mm256_storeu_ps(sk + b * kQK + 24, w[3]);
             }
         }
-        int k = 0;
-        for (; k + 2 <= nr; k += 2) chunk_all_t<2>(sc.w.data() + k * kC, a, c0, cl, sc.acc.data() + k * a.T * 16);
-        if (k < nr) chunk_all_t<1>(sc.w.data() + k * kC, a, c0, cl, sc.acc.data() + k * a.T * 16);
+        if (nr == kRG) {
+            chunk_all_t<kRG, 2>(sc.w.data(), a, c0, cl, sc.acc.data());
+        } else {
+            for (int k = 0; k < nr; ++k)
+                chunk_all_t<1, 4>(sc.w.data() + k * kC, a, c0, cl, sc.acc.data() + k * a.T * 16);
+        }
     }
     for (int k = 0; k < nr; ++k)
         for (int64_t t = 0; t < a.T; ++t)
