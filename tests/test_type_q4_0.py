@@ -244,3 +244,38 @@ def test_f32_precision_is_exact_weight_fma_order():
     want = (w.astype(np.float64) @ x[0].astype(np.float64)).astype(np.float32)
     # w = d * integer, x integer: every partial sum is d * (small integer) times a power of 2, exact.
     assert np.array_equal(matvec(q, cols, x, precision="f32")[0], want)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_raw_bytes_any_scale_same_bits_every_isa(precision):
+    # GGUF bytes need not come from our quantizer: every fp16 d (subnormal, inf, NaN) must give
+    # the same logits' bits on every path (NaN included) and never crash.
+    rng = np.random.default_rng(8)
+    rows, cols = 13, 96
+    q = rng.integers(0, 256, size=(rows, cols // QK * BB), dtype=np.uint8)
+    d = q.reshape(rows, -1, BB)[:, :, :2].copy().view(np.uint16)
+    d[0] = 0x7C00  # inf
+    d[1] = 0x7E01  # NaN
+    d[2] = 0x0001  # smallest subnormal
+    q.reshape(rows, -1, BB)[:, :, :2] = d.view(np.uint8)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    ref = matvec(q, cols, x, isa="scalar", precision=precision)
+    assert not np.isfinite(ref[:, :2]).any()
+    for isa in [i for i in SIMD if _core.isa_available(i)]:
+        assert np.array_equal(bits(ref), bits(matvec(q, cols, x, isa=isa, precision=precision))), isa
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("scale", [1e-33, 1e-20, 1e20, 1e30])
+def test_accuracy_tiny_and_huge_x(precision, scale):
+    # I24's f32 block step s/256 would underflow for rows of tiny x: they are rescaled by 2^k.
+    rng = np.random.default_rng(9)
+    rows, cols = 33, 896
+    q = quantize(rng.standard_normal((rows, cols)).astype(np.float32))
+    w64 = dequantize(q, cols).astype(np.float64)
+    x = (rng.standard_normal((2, cols)) * scale).astype(np.float32)
+    y = matvec(q, cols, x, precision=precision)
+    assert normwise(y, w64, x.astype(np.float64)) <= 1e-6
+    for isa in [i for i in SIMD if _core.isa_available(i)]:
+        assert np.array_equal(bits(y), bits(matvec(q, cols, x, isa=isa, precision=precision)))
+    assert np.array_equal(bits(y[1:]), bits(matvec(q, cols, x[1], precision=precision)))

@@ -193,9 +193,19 @@ double round_even(double v) {
 
 // The I24 activations of q4_0_kernels.hpp, in double: the same bytes for every ISA and thread
 // count (T * cols elements, negligible against the weights).
-void prepare_i24(const float *x, int64_t T, int64_t cols, int16_t *xa, uint8_t *xr, float *sr) {
+// A row whose largest |x| is below 2^-60 is prepared as x * 2^k (exact, in double) with
+// 2^k * max|x| in [1, 2), and its logits are multiplied by 2^-k afterwards (exact unless they
+// underflow): otherwise sr = s / 256 would underflow f32 for such rows and their logits would be
+// silently lost. Rows of ordinary magnitude have k = 0 (no scaling); a block far below its row's
+// maximum can still underflow, costing less than 2^-100 of the row's scale.
+void prepare_i24(const float *x, int64_t T, int64_t cols, int16_t *xa, uint8_t *xr, float *sr, int *row_exp) {
     const int64_t nb = cols / kQK;
     for (int64_t t = 0; t < T; ++t) {
+        float rmax = 0.0f;
+        for (int64_t i = 0; i < cols; ++i)
+            if (!is_nonfinite(x[t * cols + i])) rmax = std::max(rmax, std::fabs(x[t * cols + i]));
+        const int k = (rmax > 0.0f && rmax < 0x1p-60f) ? -std::ilogb(rmax) : 0;
+        row_exp[t] = k;
         for (int64_t b = 0; b < nb; ++b) {
             const float *xb = x + t * cols + b * kQK;
             int16_t *ab = xa + t * cols + b * kQK;
@@ -212,10 +222,12 @@ void prepare_i24(const float *x, int64_t T, int64_t cols, int16_t *xa, uint8_t *
                 sr[t * nb + b] = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
                 continue;
             }
-            const double step = (double)amax / 32767.0, inv = 32767.0 / (double)amax, rinv = 256.0 / step;
+            const double sc = std::ldexp(1.0, k), m = (double)amax * sc;
+            const double step = m / 32767.0, inv = 32767.0 / m, rinv = 256.0 / step;
             for (int i = 0; i < kQK; ++i) {
-                const double av = std::min(32767.0, std::max(-32767.0, std::floor((double)xb[i] * inv)));
-                const double rv = std::min(255.0, std::max(0.0, round_even(((double)xb[i] - av * step) * rinv)));
+                const double xv = (double)xb[i] * sc;
+                const double av = std::min(32767.0, std::max(-32767.0, std::floor(xv * inv)));
+                const double rv = std::min(255.0, std::max(0.0, round_even((xv - av * step) * rinv)));
                 ab[i24_a_pos(i)] = (int16_t)av;
                 rb[i] = (uint8_t)rv;
             }
@@ -228,6 +240,7 @@ struct I24Scratch {
     std::vector<int16_t> a;
     std::vector<uint8_t> r;
     std::vector<float> sr;
+    std::vector<int> row_exp;
 };
 
 void matvec(const MatvecCall &c) {
@@ -237,13 +250,19 @@ void matvec(const MatvecCall &c) {
         if (xs.a.size() < n) xs.a.resize(n);
         if (xs.r.size() < n) xs.r.resize(n);
         if (xs.sr.size() < n / kQK) xs.sr.resize(n / kQK);
-        prepare_i24(c.x, c.T, c.cols, xs.a.data(), xs.r.data(), xs.sr.data());
+        if (xs.row_exp.size() < (size_t)c.T) xs.row_exp.resize((size_t)c.T);
+        prepare_i24(c.x, c.T, c.cols, xs.a.data(), xs.r.data(), xs.sr.data(), xs.row_exp.data());
         const I24Args a{c.w, c.rows, c.cols, c.row_stride, xs.a.data(), xs.r.data(), xs.sr.data(), c.T, c.logits};
         void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
 #if defined(LMTAIL_HAVE_X86)
         if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_i24_avx2;
 #endif
         for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+        for (int64_t t = 0; t < c.T; ++t) {
+            if (xs.row_exp[t] == 0) continue;
+            const float undo = std::ldexp(1.0f, -xs.row_exp[t]);  // a power of two: exact scaling
+            for (int64_t r = 0; r < c.rows; ++r) c.logits[t * c.rows + r] *= undo;
+        }
         return;
     }
     const Args a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
