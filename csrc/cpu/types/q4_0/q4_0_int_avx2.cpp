@@ -14,6 +14,17 @@ namespace {
 constexpr int kQK = LMT_Q4_0_BLOCK_ELEMS;
 constexpr size_t kBB = LMT_Q4_0_BLOCK_BYTES;
 
+// The file is built at -O2 (integer kernels, CMakeLists.txt), which does not unroll the small
+// fixed loops over rows / activation rows: the accumulators then live on the stack and every
+// block pays a store-to-load round trip.
+#if defined(__clang__)
+#define LMT_Q4_0_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define LMT_Q4_0_UNROLL _Pragma("GCC unroll 8")
+#else
+#define LMT_Q4_0_UNROLL
+#endif
+
 struct WBlock {
     __m256i q8;      // q - 8 as int8: bytes 0-15 weights 0-15, bytes 16-31 weights 16-31
     __m256i w0, w1;  // (q - 8) << 8 as int16: [w0..7 | w16..23], [w8..15 | w24..31]
@@ -60,6 +71,7 @@ static void rows_t1(const I24Args &a, int64_t r) {
         acc[k] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b)
+        LMT_Q4_0_UNROLL
         for (int k = 0; k < R; ++k)
             acc[k] = block_term(unpack(row[k] + (size_t)b * kBB), a.a + b * kQK, a.r + b * kQK, a.sr + b, acc[k]);
     for (int k = 0; k < R; ++k) a.logits[r + k] = hsum8_avx(acc[k]);
@@ -73,6 +85,7 @@ static void row_tg(const I24Args &a, int64_t r, int64_t t0) {
     for (int t = 0; t < TG; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const WBlock w = unpack(row + (size_t)b * kBB);
+        LMT_Q4_0_UNROLL
         for (int t = 0; t < TG; ++t) {
             const int64_t o = (t0 + t) * a.cols + b * kQK;
             acc[t] = block_term(w, a.a + o, a.r + o, a.sr + (t0 + t) * nb + b, acc[t]);
