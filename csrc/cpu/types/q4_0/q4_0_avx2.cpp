@@ -1,9 +1,9 @@
 // AVX2 + FMA Q4_0 matvec (Precision::F32): the canonical 16-lane tree of q4_0_kernels.hpp held as
 // two 8-lane registers per (row, activation row).
 //
-// T = 1: R rows decoded on the fly, 2R independent FMA chains (one row alone is bound by the FMA
-// latency). T > 1: R rows decoded once into f32 scratch (L1/L2), then applied to activation rows
-// TG at a time, one lane half at a time, so each decoded weight serves TG rows.
+// T = 1: 4 rows decoded on the fly, 8 independent FMA chains (one row alone is bound by the FMA
+// latency). T > 1: 4 rows x 512 columns decoded once into f32 scratch, then applied to every
+// activation row (see rows_t), so each decoded weight serves all T rows from L1.
 #include <immintrin.h>
 
 #include <algorithm>
