@@ -1,0 +1,285 @@
+// Q4_0: the type-table row, quantize / dequantize (ggml's bytes and bits) and the scalar
+// reference matvec; the dispatch over ISAs.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cpu/types/q4_0/q4_0_kernels.hpp"
+
+// The quantiser must round exactly as ggml's reference: no contraction into FMAs.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+
+namespace lmt::cpu {
+namespace q4_0 {
+
+namespace {
+
+constexpr int kQK = LMT_Q4_0_BLOCK_ELEMS;
+constexpr size_t kBB = LMT_Q4_0_BLOCK_BYTES;
+
+// IEEE binary32 -> binary16, round to nearest even, overflow to inf (ggml's converter).
+uint16_t f32_to_f16(float f) {
+    const uint32_t u = f32_bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t mag = u & 0x7FFFFFFFu;
+    if (mag > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
+    if (mag >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);
+    if (mag >= 0x38800000u) {
+        uint32_t h = (mag - 0x38000000u) >> 13;
+        const uint32_t rest = mag & 0x1FFFu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+        return (uint16_t)(sign | h);
+    }
+    if (mag < 0x33000000u) return sign;
+    const uint32_t e = mag >> 23, sig = (mag & 0x7FFFFFu) | 0x800000u, shift = 126u - e;
+    uint32_t h = sig >> shift;
+    const uint32_t rest = sig & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return (uint16_t)(sign | h);
+}
+
+// ggml's (int8_t)(float): truncation to int32 as x86's cvttss2si (out of range or NaN gives
+// INT32_MIN), then the low byte. Only reached out of range when 1/d overflowed to inf (|max| <
+// ~2.4e-38), where every code becomes 0, as in ggml built for x86; defined for every input.
+int8_t trunc_i8(float v) {
+    const int32_t i = (v > -2147483648.0f && v < 2147483648.0f) ? (int32_t)v : INT32_MIN;
+    return (int8_t)(uint8_t)((uint32_t)i & 0xFFu);
+}
+
+// One block as quantize_row_q4_0_ref writes it; false when d is not finite in f16
+// (|max| >= 8 * 65520: the block would decode to inf/NaN).
+bool quantize_block(const float *x, lmt_block_q4_0 *y) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK; ++j) {
+        if (amax < std::fabs(x[j])) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+        }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y->d = f32_to_f16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+        const int8_t a = trunc_i8(x[j] * id + 8.5f), b = trunc_i8(x[kQK / 2 + j] * id + 8.5f);
+        const uint8_t xi0 = (uint8_t)std::min<int>(15, a), xi1 = (uint8_t)std::min<int>(15, b);
+        y->qs[j] = (uint8_t)(xi0 | (xi1 << 4));
+    }
+    return (y->d & 0x7C00u) != 0x7C00u;
+}
+
+void quantize(const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads) {
+    const int64_t nb = cols / kQK;
+    const size_t rb = (size_t)nb * kBB;
+    // Fail closed: a non-finite weight or an overflowing block is reported (the lowest index)
+    // after every task has finished; the bytes written are still ggml's.
+    std::atomic<int64_t> first_bad{INT64_MAX};
+    for_row_tasks(n_threads, rows, 256, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t b = 0; b < nb; ++b) {
+                const float *x = src + r * cols + b * kQK;
+                lmt_block_q4_0 blk;
+                bool ok = true;
+                for (int j = 0; j < kQK; ++j) ok &= !is_nonfinite(x[j]);
+                // Non-finite input is refused before ggml's arithmetic (its NaN handling would be
+                // implementation-defined); the block is zeroed, the call throws below.
+                if (ok) ok = quantize_block(x, &blk);
+                else std::memset(&blk, 0, sizeof blk);
+                if (!ok) {
+                    int64_t cur = first_bad.load(), mine = r * nb + b;
+                    while (mine < cur && !first_bad.compare_exchange_weak(cur, mine)) {
+                    }
+                }
+                std::memcpy(dst + (size_t)r * rb + (size_t)b * kBB, &blk, kBB);
+            }
+        }
+    });
+    const int64_t bad = first_bad.load();
+    if (bad == INT64_MAX) return;
+    const int64_t r = bad / nb, b = bad % nb;
+    const float *x = src + r * cols + b * kQK;
+    for (int j = 0; j < kQK; ++j)
+        if (is_nonfinite(x[j]))
+            fail_arg("quantize (Q4_0): weights must be finite; found a non-finite weight at (" + std::to_string(r) +
+                     ", " + std::to_string(b * kQK + j) + ")");
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%.9g", (double)x[0]);
+    fail_arg("quantize (Q4_0): row " + std::to_string(r) + ", block " + std::to_string(b) +
+             " overflows Q4_0's fp16 scale (max |weight| / 8 >= 65520, the block would decode to inf/NaN); "
+             "Q4_0 represents weights only up to about 5.24e5 in magnitude");
+}
+
+void dequantize(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads) {
+    const int64_t nb = cols / kQK;
+    const size_t rb = (size_t)nb * kBB;
+    for_row_tasks(n_threads, rows, 256, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t b = 0; b < nb; ++b) {
+                lmt_block_q4_0 blk;  // copy: src has no alignment guarantee
+                std::memcpy(&blk, src + (size_t)r * rb + (size_t)b * kBB, kBB);
+                const float d = f16_to_f32(blk.d);
+                float *y = dst + r * cols + b * kQK;
+                // ggml: (int)(q - 8) * d, one rounding (exact here).
+                for (int i = 0; i < kQK; ++i) y[i] = (float)lmt_q4_0_q(blk.qs, i) * d;
+            }
+        }
+    });
+}
+
+}  // namespace
+
+void matvec_scalar(const Args &a, int64_t r0, int64_t r1) {
+    const int64_t nb = a.cols / kQK;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t *row = a.w + (size_t)r * a.row_stride;
+        for (int64_t t = 0; t < a.T; ++t) {
+            const float *x = a.x + t * a.cols;
+            float acc[16] = {};
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *blk = row + (size_t)b * kBB;
+                uint16_t dh;
+                std::memcpy(&dh, blk, 2);
+                const float d = f16_to_f32(dh);
+                const uint8_t *qs = blk + 2;
+                const float *xb = x + b * kQK;
+                for (int i = 0; i < kQK; ++i)
+                    acc[i & 15] = std::fma((float)lmt_q4_0_q(qs, i) * d, xb[i], acc[i & 15]);
+            }
+            a.logits[t * a.rows + r] = hsum16(acc);
+        }
+    }
+}
+
+void matvec_i24_scalar(const I24Args &a, int64_t r0, int64_t r1) {
+    const int64_t nb = a.cols / kQK;
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t *row = a.w + (size_t)r * a.row_stride;
+        for (int64_t t = 0; t < a.T; ++t) {
+            float acc[8] = {};
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t *blk = row + (size_t)b * kBB;
+                uint16_t dh;
+                std::memcpy(&dh, blk, 2);
+                const int16_t *xa = a.a + t * a.cols + b * kQK;
+                const uint8_t *xr = a.r + t * a.cols + b * kQK;
+                int32_t S[8] = {};
+                for (int i = 0; i < kQK; ++i) {
+                    const int32_t q = lmt_q4_0_q(blk + 2, i);
+                    S[i24_a_lane(i)] += 256 * q * xa[i24_a_pos(i)];
+                    S[i >> 2] += q * xr[i];
+                }
+                const float e = f16_to_f32(dh) * a.sr[t * nb + b];
+                for (int k = 0; k < 8; ++k) acc[k] = std::fma((float)S[k], e, acc[k]);
+            }
+            a.logits[t * a.rows + r] = hsum8(acc);
+        }
+    }
+}
+
+namespace {
+
+// Round to nearest even for |v| < 2^51 (IEEE double, default rounding; no fast-math).
+double round_even(double v) {
+    const double magic = 6755399441055744.0;
+    volatile double t = v + magic;
+    return t - magic;
+}
+
+// The I24 activations of q4_0_kernels.hpp, in double: the same bytes for every ISA and thread
+// count (T * cols elements, negligible against the weights).
+// A row whose largest |x| is below 2^-60 is prepared as x * 2^k (exact, in double) with
+// 2^k * max|x| in [1, 2), and its logits are multiplied by 2^-k afterwards (exact unless they
+// underflow): otherwise sr = s / 256 would underflow f32 for such rows and their logits would be
+// silently lost. Rows of ordinary magnitude have k = 0 (no scaling); a block far below its row's
+// maximum can still underflow, costing less than 2^-100 of the row's scale.
+void prepare_i24(const float *x, int64_t T, int64_t cols, int16_t *xa, uint8_t *xr, float *sr, int *row_exp) {
+    const int64_t nb = cols / kQK;
+    for (int64_t t = 0; t < T; ++t) {
+        float rmax = 0.0f;
+        for (int64_t i = 0; i < cols; ++i)
+            if (!is_nonfinite(x[t * cols + i])) rmax = std::max(rmax, std::fabs(x[t * cols + i]));
+        const int k = (rmax > 0.0f && rmax < 0x1p-60f) ? -std::ilogb(rmax) : 0;
+        row_exp[t] = k;
+        for (int64_t b = 0; b < nb; ++b) {
+            const float *xb = x + t * cols + b * kQK;
+            int16_t *ab = xa + t * cols + b * kQK;
+            uint8_t *rb = xr + t * cols + b * kQK;
+            float amax = 0.0f;
+            bool nonfinite = false;
+            for (int i = 0; i < kQK; ++i) {
+                nonfinite |= is_nonfinite(xb[i]);
+                amax = std::max(amax, std::fabs(xb[i]));
+            }
+            if (nonfinite || amax == 0.0f) {
+                std::memset(ab, 0, kQK * sizeof(int16_t));
+                std::memset(rb, 0, kQK);
+                sr[t * nb + b] = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+                continue;
+            }
+            const double sc = std::ldexp(1.0, k), m = (double)amax * sc;
+            const double step = m / 32767.0, inv = 32767.0 / m, rinv = 256.0 / step;
+            for (int i = 0; i < kQK; ++i) {
+                const double xv = (double)xb[i] * sc;
+                const double av = std::min(32767.0, std::max(-32767.0, std::floor(xv * inv)));
+                const double rv = std::min(255.0, std::max(0.0, round_even((xv - av * step) * rinv)));
+                ab[i24_a_pos(i)] = (int16_t)av;
+                rb[i] = (uint8_t)rv;
+            }
+            sr[t * nb + b] = (float)(step / 256.0);
+        }
+    }
+}
+
+struct I24Scratch {
+    std::vector<int16_t> a;
+    std::vector<uint8_t> r;
+    std::vector<float> sr;
+    std::vector<int> row_exp;
+};
+
+void matvec(const MatvecCall &c) {
+    if (c.precision == Precision::I24) {
+        thread_local I24Scratch xs;
+        const size_t n = (size_t)(c.T * c.cols);
+        if (xs.a.size() < n) xs.a.resize(n);
+        if (xs.r.size() < n) xs.r.resize(n);
+        if (xs.sr.size() < n / kQK) xs.sr.resize(n / kQK);
+        if (xs.row_exp.size() < (size_t)c.T) xs.row_exp.resize((size_t)c.T);
+        prepare_i24(c.x, c.T, c.cols, xs.a.data(), xs.r.data(), xs.sr.data(), xs.row_exp.data());
+        const I24Args a{c.w, c.rows, c.cols, c.row_stride, xs.a.data(), xs.r.data(), xs.sr.data(), c.T, c.logits};
+        void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
+#if defined(LMTAIL_HAVE_X86)
+        if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_i24_avx2;
+#endif
+        for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+        for (int64_t t = 0; t < c.T; ++t) {
+            if (xs.row_exp[t] == 0) continue;
+            const float undo = std::ldexp(1.0f, -xs.row_exp[t]);  // a power of two: exact scaling
+            for (int64_t r = 0; r < c.rows; ++r) c.logits[t * c.rows + r] *= undo;
+        }
+        return;
+    }
+    const Args a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
+    void (*kernel)(const Args &, int64_t, int64_t) = matvec_scalar;
+#if defined(LMTAIL_HAVE_X86)
+    // AVX-512 runs the AVX2 kernel: the same bytes, and Q4_0 at T = 1 is bound by the read.
+    if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_avx2;
+#endif
+    // 64 rows per task (~240 KB at cols = 6656): amortises scheduling, balances two threads.
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+}
+
+}  // namespace
+}  // namespace q4_0
+
+const CpuTypeImpl kCpuQ4_0{WeightType::Q4_0, precision_bit(Precision::F32) | precision_bit(Precision::I24),
+                           Precision::I24, q4_0::matvec,
+                           q4_0::quantize, q4_0::dequantize};
+
+}  // namespace lmt::cpu

@@ -1,0 +1,79 @@
+// Q4_0 kernels shared by the type's translation units (not installed).
+//
+// Precision::F32 canonical expression (q4_0_scalar in q4_0.cpp is the reference): per weight
+//   w[i]   = d * (q[i] - 8)          exact in f32 (a 4-bit integer times an f16 value)
+//   acc[l] = fma(w[i], x[i], acc[l])  l = i % 16, over the whole row in increasing i
+//   logit  = ((acc[0..7] + acc[8..15]) -> 4 -> 2 -> 1)
+// In a 32-weight block, lane l takes the low nibble of qs[l] (weight l) and then its high nibble
+// (weight 16 + l), so one 16-byte load feeds the 16 lanes twice with no shuffle across bytes.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/types/types.hpp"
+#include "lmtail/blocks/q4_0.h"
+
+namespace lmt::cpu::q4_0 {
+
+struct Args {
+    const uint8_t *w;
+    int64_t rows, cols;
+    size_t row_stride;
+    const float *x;  // (T, cols)
+    int64_t T;
+    float *logits;   // (T, rows)
+};
+
+void matvec_scalar(const Args &a, int64_t r0, int64_t r1);
+void matvec_avx2(const Args &a, int64_t r0, int64_t r1);
+
+// ---- Precision::I24 (the default): 24-bit block fixed-point activations -----------------------
+// x is prepared once per call (q4_0.cpp prepare_i24, in double, shared by every ISA): per
+// 32-element block b with s = max|x| / 32767,
+//   a[i] = clamp(floor(x[i] / s), -32767, 32767)           int16
+//   r[i] = clamp(round_even((x[i] - a[i]*s) * 256 / s), 0, 255)   uint8 (x - a*s lies in [0, s))
+//   x[i] ~= s * (a[i] + r[i] / 256), error <= s / 512 (max|x| * 2^-24);  sr[b] = (float)(s / 256)
+// (a non-finite block: a = r = 0, sr = NaN, so its logits are NaN; an all-zero block: sr = 0).
+// Canonical result (matvec_i24_scalar is the reference): with q'[i] = q[i] - 8 in [-8, 7],
+//   S[k] = 256 * sum_{i in A_k} q'[i] a[i] + sum_{i in B_k} q'[i] r[i]        k = 0..7, exact int32
+//     A_k = {2k, 2k+1, 2k+8, 2k+9} (k < 4), {2k+8, 2k+9, 2k+16, 2k+17} (k >= 4);  B_k = {4k..4k+3}
+//     (the lanes of AVX2's vpmaddwd on the unpacked weights and vpmaddubsw + vpmaddwd on r);
+//     |S[k]| <= 4 * 8 * (256 * 32767 + 255) < 2^28, so no grouping of the additions can overflow.
+//   acc[k] = fma((float)S[k], d * sr[b], acc[k])        blocks in increasing order
+//   logit  = ((acc[0..3] + acc[4..7]) -> 2 -> 1)
+// The weight side costs nothing extra: q' << 8 as int16 is one byte unpack against zero.
+struct I24Args {
+    const uint8_t *w;
+    int64_t rows, cols;
+    size_t row_stride;
+    const int16_t *a;  // (T, cols), per block permuted: a[0..7] a[16..23] a[8..15] a[24..31]
+    const uint8_t *r;  // (T, cols), natural order
+    const float *sr;   // (T, cols / 32)
+    int64_t T;
+    float *logits;     // (T, rows)
+};
+static inline int i24_a_pos(int i) {  // position of weight i (0..31) in a's block
+    return (i & 7) | (((i >> 4) & 1) << 3) | (((i >> 3) & 1) << 4);
+}
+static inline int i24_a_lane(int i) {  // k with i in A_k
+    return ((i >> 4) & 1) * 4 + ((i & 7) >> 1);
+}
+void matvec_i24_scalar(const I24Args &a, int64_t r0, int64_t r1);
+void matvec_i24_avx2(const I24Args &a, int64_t r0, int64_t r1);
+
+static inline float hsum8(const float a[8]) {
+    float b[4], c[2];
+    for (int l = 0; l < 4; ++l) b[l] = a[l] + a[l + 4];
+    for (int l = 0; l < 2; ++l) c[l] = b[l] + b[l + 2];
+    return c[0] + c[1];
+}
+
+static inline float hsum16(const float a[16]) {
+    float b[8], c[4], d[2];
+    for (int l = 0; l < 8; ++l) b[l] = a[l] + a[l + 8];
+    for (int l = 0; l < 4; ++l) c[l] = b[l] + b[l + 4];
+    for (int l = 0; l < 2; ++l) d[l] = c[l] + c[l + 2];
+    return d[0] + d[1];
+}
+
+}  // namespace lmt::cpu::q4_0

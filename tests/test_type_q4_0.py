@@ -1,0 +1,281 @@
+"""Q4_0 (ggml type 2) on the CPU through lmtail._core: quantize bytes and dequantize bits equal
+ggml's, the matvec's precisions (bytes equal across ISAs, thread counts, batch sizes; accuracy
+against float64 from the dequantized weights), non-finite propagation, odd shapes, strided rows.
+
+Tests needing the oracle (llama-cpp-python's libggml) are marked ``oracle`` and skip when it is
+absent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lmtail
+from lmtail import _core, errors
+from oracle import _lib
+
+Q4_0 = 2
+QK = 32
+BB = 18
+
+
+@pytest.fixture(scope="module")
+def Q():
+    _lib.require()
+    from oracle import quant
+
+    try:
+        quant._api()
+    except _lib.OracleUnavailable as e:  # pragma: no cover - environment
+        pytest.skip(str(e))
+    return quant
+
+
+def quantize(x: np.ndarray, threads: int = 0) -> np.ndarray:
+    x = np.ascontiguousarray(x, np.float32)
+    out = np.empty((x.shape[0], x.shape[1] // QK * BB), np.uint8)
+    _core.quantize(Q4_0, x, out, threads)
+    return out
+
+
+def dequantize(q: np.ndarray, cols: int, threads: int = 0) -> np.ndarray:
+    out = np.empty((q.shape[0], cols), np.float32)
+    _core.dequantize(Q4_0, np.ascontiguousarray(q), out, threads)
+    return out
+
+
+def matvec(q, cols, x, *, threads=1, isa="auto", precision="default"):
+    x2 = np.ascontiguousarray(np.atleast_2d(x), np.float32)
+    out = np.empty((x2.shape[0], q.shape[0]), np.float32)
+    _core.matvec(q, Q4_0, cols, x2, out, threads, isa, precision)
+    return out
+
+
+def bits(a):
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def awkward(rng, rows, cols):
+    """Gaussian blocks mixed with spikes, zeros, constants, huge and tiny (subnormal d) scales."""
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    nb = cols // QK
+    blk = w.reshape(rows, nb, QK)
+    kinds = rng.integers(0, 8, size=(rows, nb))
+    blk[kinds == 1] = 0.0
+    big = blk[kinds == 2]
+    blk[kinds == 2] = big / np.abs(big).max(axis=1, keepdims=True) * np.float32(5.2e5)  # d near 65504
+    blk[kinds == 3] *= np.float32(1e-6)  # d ~ 1e-7: fp16 subnormal
+    blk[kinds == 4] *= np.float32(1e-38)  # 1/d overflows: ggml writes codes 0
+    blk[kinds == 5] = np.float32(0.75)  # constant block
+    spikes = kinds == 6
+    blk[spikes, 3] = np.float32(50.0)
+    blk[kinds == 7] = -np.abs(blk[kinds == 7])  # one-signed
+    return w
+
+
+PRECISIONS = [p for t in _core.cpu_types() if t["id"] == Q4_0 for p in t["precisions"]]
+SIMD = ["avx2", "avx512", "neon"]
+
+
+def test_table_row():
+    row = [t for t in _core.cpu_types() if t["id"] == Q4_0]
+    assert row, "Q4_0 missing from the CPU type table"
+    (r,) = row
+    assert (r["name"], r["block_elems"], r["block_bytes"]) == ("Q4_0", 32, 18)
+    assert "f32" in r["precisions"] and r["default_precision"] in r["precisions"]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("cols", [32, 96, 640, 896, 2880])
+def test_quantize_bytes_equal_ggml(Q, cols):
+    rng = np.random.default_rng(cols)
+    for x in (rng.standard_normal((7, cols)).astype(np.float32), awkward(rng, 9, cols)):
+        want = Q.quantize(Q4_0, x)
+        for threads in (1, 3):
+            got = quantize(x, threads)
+            bad = np.flatnonzero((got.reshape(-1, BB) != want.reshape(-1, BB)).any(axis=1))
+            assert bad.size == 0, f"cols={cols} threads={threads}: blocks {bad[:5]} differ from ggml"
+
+
+@pytest.mark.oracle
+def test_quantize_edge_values_equal_ggml(Q):
+    # Ties of x/d + 8.5 at integer boundaries, the largest finite d, fp16 subnormal d, -0.
+    x = np.zeros((6, 32), np.float32)
+    x[0] = np.arange(32) - 16
+    x[1] = (np.arange(32) - 16) * np.float32(0.5)
+    x[2, 0] = np.float32(65504.0 * 8)
+    x[2, 1:] = np.linspace(-5e5, 5e5, 31, dtype=np.float32)
+    x[3] = np.float32(-0.0)
+    x[4] = np.linspace(-1e-6, 1e-6, 32, dtype=np.float32)
+    x[5] = np.linspace(-1e-39, 2e-39, 32, dtype=np.float32)  # subnormal f32 weights
+    assert np.array_equal(quantize(x), Q.quantize(Q4_0, x))
+
+
+@pytest.mark.oracle
+def test_dequantize_bits_equal_ggml(Q):
+    rng = np.random.default_rng(1)
+    q = rng.integers(0, 256, size=(11, 7 * BB), dtype=np.uint8)
+    # Every d: finite (normal, subnormal), inf, NaN.
+    d = rng.integers(0, 1 << 16, size=(11, 7), dtype=np.uint16)
+    q.reshape(11, 7, BB)[:, :, :2] = d.view(np.uint8).reshape(11, 7, 2)
+    got = dequantize(q, 7 * QK, threads=2)
+    want = Q.dequantize(Q4_0, q, 7 * QK)
+    same = (bits(got) == bits(want)) | (np.isnan(got) & np.isnan(want))
+    assert same.all()
+    fin = np.isfinite(want)
+    assert np.array_equal(bits(got)[fin], bits(want)[fin])
+
+
+def test_quantize_refuses_nonfinite_and_overflow():
+    x = np.ones((2, 64), np.float32)
+    x[1, 40] = np.nan
+    with pytest.raises(errors.LmtailError, match=r"non-finite weight at \(1, 40\)"):
+        quantize(x)
+    x[1, 40] = 1.0
+    x[0, 33] = np.float32(6e5)  # d = 7.5e4 > 65504: fp16 inf
+    with pytest.raises(errors.LmtailError, match=r"row 0, block 1 overflows"):
+        quantize(x)
+    x[0, 33] = np.float32(5.2e5)  # d = 65000: finite
+    quantize(x)
+
+
+def test_shape_errors():
+    with pytest.raises(errors.LmtailError, match="multiple of 32"):
+        quantize(np.ones((1, 48), np.float32))
+    q = quantize(np.ones((2, 64), np.float32))
+    with pytest.raises(errors.LmtailError, match="multiple of 32"):
+        matvec(q, 48, np.ones(48, np.float32))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("isa", SIMD)
+def test_simd_equals_scalar_bytes(isa, precision):
+    if not _core.isa_available(isa):
+        pytest.skip(f"{isa} is not available on this CPU/build (not run here)")
+    rng = np.random.default_rng(2)
+    for rows, cols in ((1, 32), (7, 96), (65, 640), (129, 896)):
+        q = quantize(awkward(rng, rows, cols))
+        for T in (1, 2, 3, 5, 8, 11):
+            x = rng.standard_normal((T, cols)).astype(np.float32)
+            a = matvec(q, cols, x, isa="scalar", precision=precision)
+            b = matvec(q, cols, x, isa=isa, precision=precision)
+            assert np.array_equal(bits(a), bits(b)), (isa, rows, cols, T)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_threads_and_batch_invariance(precision):
+    rng = np.random.default_rng(3)
+    rows, cols = 257, 2880
+    q = quantize(rng.standard_normal((rows, cols)).astype(np.float32))
+    x = rng.standard_normal((11, cols)).astype(np.float32)
+    ref = matvec(q, cols, x, threads=1, precision=precision)
+    for threads in (2, 3):
+        assert np.array_equal(bits(ref), bits(matvec(q, cols, x, threads=threads, precision=precision)))
+    for T in range(1, 12):
+        got = matvec(q, cols, x[:T], precision=precision)
+        assert np.array_equal(bits(got), bits(ref[:T])), T
+    for t in (0, 4, 10):
+        assert np.array_equal(bits(matvec(q, cols, x[t], precision=precision)), bits(ref[t : t + 1]))
+
+
+def normwise(y, w64, x64):
+    want = x64 @ w64.T
+    return float(np.linalg.norm(y - want) / np.linalg.norm(want))
+
+
+# The bound of each precision on these data (normwise relative error against float64).
+BOUND = {"f32": 1e-6}
+
+
+@pytest.mark.parametrize("precision", ["default"] + PRECISIONS)
+def test_accuracy_vs_float64(precision):
+    rng = np.random.default_rng(4)
+    rows, cols = 96, 6656
+    for w in (rng.standard_normal((rows, cols)).astype(np.float32), awkward(rng, rows, cols)):
+        q = quantize(w)
+        w64 = dequantize(q, cols).astype(np.float64)
+        x = rng.standard_normal((3, cols)).astype(np.float32)
+        x[2] *= np.where(rng.random(cols) < 0.01, 100.0, 1.0).astype(np.float32)  # outliers
+        err = normwise(matvec(q, cols, x, precision=precision), w64, x.astype(np.float64))
+        assert err <= BOUND.get(precision, 1e-6), (precision, err)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_nonfinite_x_poisons_its_row_only(precision):
+    rng = np.random.default_rng(5)
+    rows, cols = 9, 640
+    q = quantize(rng.standard_normal((rows, cols)).astype(np.float32))
+    x = rng.standard_normal((4, cols)).astype(np.float32)
+    clean = matvec(q, cols, x, precision=precision)
+    for bad in (np.nan, np.inf, -np.inf):
+        xb = x.copy()
+        xb[1, 300] = bad
+        xb[3, 0] = bad
+        for isa in ["scalar"] + [i for i in SIMD if _core.isa_available(i)]:
+            y = matvec(q, cols, xb, isa=isa, precision=precision)
+            assert not np.isfinite(y[[1, 3]]).any(), (bad, isa)
+            assert np.array_equal(bits(y[[0, 2]]), bits(clean[[0, 2]])), (bad, isa)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_strided_rows(precision):
+    rng = np.random.default_rng(6)
+    rows, cols = 65, 896
+    q = quantize(rng.standard_normal((rows, cols)).astype(np.float32))
+    wide = np.zeros((rows, q.shape[1] + 37), np.uint8)
+    wide[:, 5 : 5 + q.shape[1]] = q
+    view = wide[:, 5 : 5 + q.shape[1]]
+    assert view.strides[0] > q.shape[1]
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    for isa in ["scalar"] + [i for i in SIMD if _core.isa_available(i)]:
+        assert np.array_equal(
+            bits(matvec(view, cols, x, isa=isa, precision=precision)), bits(matvec(q, cols, x, precision=precision))
+        )
+
+
+def test_f32_precision_is_exact_weight_fma_order():
+    # The canonical F32 expression reproduced in numpy (lane l = i % 16, fma emulated in float64
+    # is exact for one product + add only when rounded once: use a tiny row where it is exact).
+    rng = np.random.default_rng(7)
+    cols = 64
+    q = quantize(rng.standard_normal((3, cols)).astype(np.float32))
+    w = dequantize(q, cols)
+    x = rng.integers(-4, 5, size=(1, cols)).astype(np.float32)  # small integers: no rounding
+    want = (w.astype(np.float64) @ x[0].astype(np.float64)).astype(np.float32)
+    # w = d * integer, x integer: every partial sum is d * (small integer) times a power of 2, exact.
+    assert np.array_equal(matvec(q, cols, x, precision="f32")[0], want)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_raw_bytes_any_scale_same_bits_every_isa(precision):
+    # GGUF bytes need not come from our quantizer: every fp16 d (subnormal, inf, NaN) must give
+    # the same logits' bits on every path (NaN included) and never crash.
+    rng = np.random.default_rng(8)
+    rows, cols = 13, 96
+    q = rng.integers(0, 256, size=(rows, cols // QK * BB), dtype=np.uint8)
+    d = q.reshape(rows, -1, BB)[:, :, :2].copy().view(np.uint16)
+    d[0] = 0x7C00  # inf
+    d[1] = 0x7E01  # NaN
+    d[2] = 0x0001  # smallest subnormal
+    q.reshape(rows, -1, BB)[:, :, :2] = d.view(np.uint8)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    ref = matvec(q, cols, x, isa="scalar", precision=precision)
+    assert not np.isfinite(ref[:, :2]).any()
+    for isa in [i for i in SIMD if _core.isa_available(i)]:
+        assert np.array_equal(bits(ref), bits(matvec(q, cols, x, isa=isa, precision=precision))), isa
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("scale", [1e-33, 1e-20, 1e20, 1e30])
+def test_accuracy_tiny_and_huge_x(precision, scale):
+    # I24's f32 block step s/256 would underflow for rows of tiny x: they are rescaled by 2^k.
+    rng = np.random.default_rng(9)
+    rows, cols = 33, 896
+    q = quantize(rng.standard_normal((rows, cols)).astype(np.float32))
+    w64 = dequantize(q, cols).astype(np.float64)
+    x = (rng.standard_normal((2, cols)) * scale).astype(np.float32)
+    y = matvec(q, cols, x, precision=precision)
+    assert normwise(y, w64, x.astype(np.float64)) <= 1e-6
+    for isa in [i for i in SIMD if _core.isa_available(i)]:
+        assert np.array_equal(bits(y), bits(matvec(q, cols, x, isa=isa, precision=precision)))
+    assert np.array_equal(bits(y[1:]), bits(matvec(q, cols, x[1], precision=precision)))
