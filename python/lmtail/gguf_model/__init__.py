@@ -8,7 +8,8 @@ Split by concept; every name is importable from here as before:
   cap, refusals with reasons): :data:`ARCH_RULES`, :class:`ArchRule`, :func:`output_transform`;
 * :mod:`.vocab` -- vocabulary keys and end-of-generation ids: :func:`eog_ids_from_kv`,
   :func:`vocab_tokens`, :func:`token_types`;
-* :mod:`.head_spec` -- :func:`load_head_spec` / :class:`HeadSpec`, which combines the three.
+* :mod:`.head_spec` -- :func:`load_head_spec` / :class:`HeadSpec`, which combines the three;
+  :func:`head_types` reads the head weight types lmtail runs from the C++ core's type table.
 
 Every file problem raises :class:`lmtail.errors.GGUFError` saying what was expected, what was
 found and where.  The semantics mirror llama.cpp as vendored in llama-cpp-python 0.3.36 (each
@@ -26,7 +27,7 @@ from .container import (
     TensorInfo,
     _c_str,
 )
-from .head_spec import HeadSpec, load_head_spec
+from .head_spec import HeadSpec, head_types, load_head_spec
 from .vocab import eog_ids_from_kv, token_types, vocab_tokens
 
 # _T_STRING and _c_str are not public; lmtail.grammar.vocab reads them from here.
@@ -38,6 +39,7 @@ __all__ = [
     "ArchRule",
     "ARCH_RULES",
     "load_head_spec",
+    "head_types",
     "output_transform",
     "eog_ids_from_kv",
     "vocab_tokens",

@@ -1,8 +1,12 @@
 """The head spec: everything lmtail's LM head needs from one GGUF file (:func:`load_head_spec`).
 
 Layout reminder: GGUF dims are in ggml order, ``ne[0]`` is the contiguous one.  The head
-``output.weight`` has ``ne = (cols, rows) = (hidden, vocab)``; a Q5_K row is ``cols // 256``
-blocks of 176 bytes.
+``output.weight`` has ``ne = (cols, rows) = (hidden, vocab)``; a row is ``cols // block`` blocks
+of ``block bytes`` (Q5_K: 256 elements in 176 bytes; F32: 1 in 4).
+
+The head weight types lmtail runs are the C++ core's type table (``lmtail._core.cpu_types()``,
+one row per type: id, name, block elements, block bytes), read here, never listed again: a type
+the kernels gain is loadable with no change to this module.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import GGUFError, ParameterError
+from .. import _core
+from ..errors import GGUFError, ParameterError, UnsupportedError
 from .arch import ARCH_RULES, _f32, _unknown_arch_keys, output_transform
-from .container import _T_ARRAY, _T_FLOAT32, _T_INT32, _T_STRING, _T_UINT32, _VT_NAME, BF16, F16, F32, Q5_K, GGUFFile, _c_str
+from .container import _T_ARRAY, _T_FLOAT32, _T_INT32, _T_STRING, _T_UINT32, _VT_NAME, BF16, F16, F32, GGML_TYPES, GGUFFile, _c_str
 from .vocab import K_TOKEN_TYPE, K_TOKENS, eog_ids_from_kv
 
 # --------------------------------------------------------------------------------------------
@@ -27,8 +32,10 @@ from .vocab import K_TOKEN_TYPE, K_TOKENS, eog_ids_from_kv
 class HeadSpec:
     """Everything lmtail's head needs, read from one GGUF file.
 
-    weight: uint8 ``(rows, cols // 256 * 176)``, a read-only zero-copy view of the file map (Q5_K
-        blocks as stored).  weight_offset is its absolute byte offset in the file.
+    weight: uint8 ``(rows, cols // block * block_bytes)``, C-contiguous, a read-only zero-copy
+        view of the file map: the tensor's bytes as stored, for every type (F32/F16/BF16 too).
+        weight_offset is its absolute byte offset in the file, weight_type its ggml type id and
+        ``dtype`` the canonical ggml name (``"Q6_K"``, ``"Q8_0"``, ``"BF16"``...).
     norm: float32 ``(cols,)`` final-norm weight or None.  ``norm_kind`` says which norm llama.cpp
         applies: ``"rms"`` (x / sqrt(mean(x^2) + eps) * norm), ``"none"`` (no final norm: feed the
         hidden state as is) or, only with ``allow_layer_norm=True``, ``"layer"`` (LayerNorm,
@@ -53,6 +60,13 @@ class HeadSpec:
     n_vocab: int
     norm_kind: str = "rms"
     head_tensor: str = "output.weight"
+    dtype: str = "Q5_K"
+
+
+def head_types() -> dict[int, tuple[str, int, int]]:
+    """ggml type id -> ``(name, block elements, block bytes)`` of every LM-head weight type lmtail
+    runs, from the C++ core's type table (``lmtail._core.cpu_types()``)."""
+    return {int(t["id"]): (str(t["name"]), int(t["block_elems"]), int(t["block_bytes"])) for t in _core.cpu_types()}
 
 
 def _norm_vector(f: GGUFFile, name: str, cols: int) -> np.ndarray:
@@ -75,7 +89,12 @@ def load_head_spec(
     """Read the LM-head description of a GGUF model.
 
     The head is ``output.weight`` or, where llama.cpp ties it (``ARCH_RULES[arch].head``),
-    ``token_embd.weight``; it must be Q5_K, 2-D ``ne = (cols, rows)`` with ``cols % 256 == 0``.
+    ``token_embd.weight``; it must be 2-D ``ne = (cols, rows)`` of a type lmtail runs
+    (:func:`head_types`: Q6_K, Q8_0, Q4_0, Q4_K, Q5_K, F16, BF16, F32 once their kernels are in
+    the table) with ``cols`` a positive multiple of the type's block.  A real ggml type lmtail does
+    not run (Q3_K, Q4_1, IQ4_XS...) raises :class:`lmtail.UnsupportedError`; an id that is no ggml
+    type, a short file or a size that does not match the type raises GGUFError, all before any
+    tensor byte is read.
     ``logit_scale`` / ``softcap`` override what the file and llama.cpp's per-architecture rules
     give (see :func:`output_transform`).  Architectures whose final norm is a LayerNorm without
     bias are refused unless ``allow_layer_norm`` (then ``norm_kind == "layer"``, eps is
@@ -128,13 +147,30 @@ def load_head_spec(
     ti = f.tensors[name]
     if ti.n_dims != 2:
         raise GGUFError(f"{f.path}: tensor {name!r} has {ti.n_dims} dims {ti.ne}; expected 2 (cols, rows)")
-    if ti.type != Q5_K:
-        raise GGUFError(f"{f.path}: {name} has type {ti.type_name} ({ti.type}); lmtail supports Q5_K ({Q5_K})")
+    types = head_types()
+    if ti.type not in types:
+        supported = ", ".join(f"{n} ({i})" for i, (n, _, _) in sorted(types.items()))
+        raise UnsupportedError(
+            f"{f.path}: tensor {name!r} has ggml type {ti.type_name} ({ti.type}); lmtail runs LM heads of "
+            f"types {supported} (lmtail._core.cpu_types())"
+        )
+    dtype, blck, bsize = types[ti.type]
     cols, rows = ti.ne
-    if cols == 0 or rows == 0 or cols % 256:
-        raise GGUFError(f"{f.path}: tensor {name!r} has shape (cols={cols}, rows={rows}); expected cols a positive multiple of 256 and rows > 0")
-    weight = ti.data
-    assert weight.shape == (rows, cols // 256 * 176) and not weight.flags.writeable
+    if cols == 0 or rows == 0 or cols % blck:
+        raise GGUFError(
+            f"{f.path}: tensor {name!r} of type {dtype} has shape (cols={cols}, rows={rows}); expected cols a "
+            f"positive multiple of the {dtype} block ({blck} elements) and rows > 0"
+        )
+    row_bytes = cols // blck * bsize
+    if (GGML_TYPES[ti.type][1:] != (blck, bsize)) or ti.nbytes != rows * row_bytes:
+        # The container sized the tensor from its own ggml table; the core's must agree.
+        raise GGUFError(
+            f"{f.path}: tensor {name!r} of type {dtype} is {ti.nbytes} bytes; expected {rows} rows x {row_bytes} "
+            f"bytes ({cols // blck} blocks of {bsize} bytes)"
+        )
+    # The raw bytes for every type (floats included): a view of the map, never a copy.
+    weight = f._u8[ti.abs_offset : ti.abs_offset + ti.nbytes].reshape(rows, row_bytes)
+    assert weight.flags.c_contiguous and not weight.flags.writeable
 
     if rule is not None:
         n_embd = f.get_typed(f"{arch}.embedding_length", _T_UINT32)
@@ -230,6 +266,6 @@ def load_head_spec(
     return HeadSpec(
         path=f.path, arch=arch, rows=rows, cols=cols, weight=weight, weight_offset=ti.abs_offset,
         weight_type=ti.type, norm=norm, eps=float(eps), logit_scale=float(scale), softcap=float(cap),
-        eog_ids=eog, n_vocab=n_vocab, norm_kind=nk, head_tensor=name,
+        eog_ids=eog, n_vocab=n_vocab, norm_kind=nk, head_tensor=name, dtype=dtype,
     )
 
