@@ -255,6 +255,33 @@ def test_head_id_that_is_no_ggml_type_is_a_gguf_error(tmp_path, tid):
         load_head_spec(r.write(tmp_path / "m.gguf"))
 
 
+@pytest.mark.oracle
+@pytest.mark.parametrize("name", list(gu.HEAD_TYPES))
+def test_head_from_gguf_reads_the_type_it_was_given(tmp_path, name):
+    # End to end through the real table: Head.from_gguf must run spec.weight as spec.dtype (a
+    # Q8_0 head read as Q5_K bytes would be silently wrong), checked against float64 logits of
+    # ggml's own dequantization of the same bytes.
+    import lmtail
+    from oracle import quant as oq
+    from oracle._lib import OracleUnavailable
+
+    _need_type(name)
+    tid = gu.HEAD_TYPES[name][0]
+    path, arr = head_model(tmp_path / "m.gguf", "llama", rows=24, cols=_COLS[name], head_type=tid)
+    head = lmtail.Head.from_gguf(path)
+    assert getattr(head, "dtype", "Q5_K") == name and head.spec.dtype == name
+    try:
+        w = oq.dequantize(tid, arr["head"], _COLS[name]).astype(np.float64)
+    except OracleUnavailable as e:  # pragma: no cover - environment dependent
+        pytest.skip(str(e))
+    h = np.random.default_rng(5).standard_normal((3, _COLS[name])).astype(np.float32)
+    h64 = h.astype(np.float64)
+    x = h64 / np.sqrt(np.mean(h64 * h64, axis=1, keepdims=True) + head.spec.eps) * head.spec.norm
+    ref = x @ w.T
+    got = head.logits(h).astype(np.float64)
+    assert np.linalg.norm(got - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
 def test_core_type_table_agrees_with_ggml():
     # The one list of runnable types (the C++ core's) must describe each type as ggml does.
     import gguf
