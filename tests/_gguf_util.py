@@ -17,6 +17,52 @@ import numpy as np
 Q5_K, Q4_K, F32, F16, BF16 = 13, 12, 0, 1, 30
 Q5K_BLOCK_BYTES = 176  # d (f16), dmin (f16), scales[12], qh[32], qs[128]
 
+# The LM-head types of issue 14: name -> (ggml id, block elements, block bytes), written out here
+# from ggml's type traits so the tests do not read lmtail's own tables back.
+HEAD_TYPES = {
+    "Q6_K": (14, 256, 210), "Q8_0": (8, 32, 34), "Q4_0": (2, 32, 18), "Q4_K": (12, 256, 144),
+    "Q5_K": (13, 256, 176), "F16": (1, 1, 2), "BF16": (30, 1, 2), "F32": (0, 1, 4),
+}  # fmt: skip
+# Real ggml types lmtail does not run (Q3_K, Q4_1, IQ4_XS): name -> (id, block elements, bytes).
+OTHER_TYPES = {"Q3_K": (11, 256, 110), "Q4_1": (3, 32, 20), "IQ4_XS": (23, 256, 136)}
+
+
+def type_info(type_id: int) -> tuple[str, int, int]:
+    for name, (i, be, bb) in {**HEAD_TYPES, **OTHER_TYPES}.items():
+        if i == type_id:
+            return name, be, bb
+    raise KeyError(type_id)
+
+
+def quant_bytes(type_id: int, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """``rows`` x ``cols`` random weights in ggml type ``type_id`` as GGUF bytes, uint8
+    ``(rows, row_bytes)``: gguf-py's quantizer where it implements the type, else llama.cpp's own
+    (tests/oracle/quant.py; the test skips when that oracle is absent).  Types lmtail does not run
+    get random bytes (only their refusal is tested)."""
+    name, be, bb = type_info(type_id)
+    assert cols % be == 0
+    if type_id == Q5_K:
+        return q5k_bytes(rows, cols, seed=seed)
+    if name in OTHER_TYPES:
+        return np.random.default_rng(seed).integers(0, 256, size=(rows, cols // be * bb), dtype=np.uint8)
+    import gguf
+    import gguf.quants
+
+    x = (np.random.default_rng(seed).standard_normal((rows, cols)) * 0.05).astype(np.float32)
+    try:
+        q = gguf.quants.quantize(x, gguf.GGMLQuantizationType(type_id))
+    except NotImplementedError:
+        import pytest
+        from oracle import quant as oq
+        from oracle._lib import OracleUnavailable
+
+        try:
+            q = oq.quantize(type_id, x)
+        except OracleUnavailable as e:  # pragma: no cover - environment dependent
+            pytest.skip(f"no quantizer for {name}: gguf-py lacks it and the llama.cpp oracle is absent ({e})")
+    q = np.ascontiguousarray(q).view(np.uint8).reshape(rows, cols // be * bb)
+    return q
+
 # GGUF value type ids
 VT = {
     "UINT8": 0, "INT8": 1, "UINT16": 2, "INT16": 3, "UINT32": 4, "INT32": 5, "FLOAT32": 6,
@@ -138,18 +184,16 @@ def head_model(
     """A minimal model with an LM head.
 
     head: ``"output"`` (output.weight), ``"tied"`` (token_embd.weight only), ``"both"``, ``"none"``.
-    norm: ``"f32"`` / ``"f16"`` / ``"bf16"`` output_norm.weight, or None.  Returns the path and
+    head_type: the head's ggml type id (any of :data:`HEAD_TYPES` / :data:`OTHER_TYPES`), written
+    as raw GGUF bytes.  norm: ``"f32"`` / ``"f16"`` / ``"bf16"`` output_norm.weight, or None.  Returns the path and
     the arrays written (``head``, ``embd``, ``norm`` as float32).
     """
     rng = np.random.default_rng(seed + 1)
     arrays: dict[str, np.ndarray] = {}
     tensors: list[tuple[str, np.ndarray, int | None]] = []
-    row_bytes = {Q5_K: 176, Q4_K: 144}[head_type] * (cols // 256)
 
     def qbytes(s: int) -> np.ndarray:
-        if head_type == Q5_K:
-            return q5k_bytes(rows, cols, seed=s)
-        return np.random.default_rng(s).integers(0, 256, size=(rows, row_bytes), dtype=np.uint8)
+        return quant_bytes(head_type, rows, cols, seed=s)
 
     if head in ("tied", "both"):
         arrays["embd"] = qbytes(seed + 2)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import lmtail
-from _gguf_util import Q4_K, head_model
+from _gguf_util import OTHER_TYPES, head_model
 
 BIN = os.path.dirname(sys.executable)
 SCRIPT = shutil.which("lmtail", path=BIN)
@@ -92,13 +92,13 @@ def test_gguf_errors_are_one_line(cmd, prog, tmp_path):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
     one_line_error(run(cmd, "demo", "--gguf", str(junk)), "GGUFError", "bad magic", "--gguf takes")
-    q4, _ = head_model(tmp_path / "q4.gguf", head_type=Q4_K)
-    one_line_error(run(cmd, "demo", "--gguf", str(q4)), "GGUFError", "Q4_K", "Q5_K")
+    q3, _ = head_model(tmp_path / "q3.gguf", head_type=OTHER_TYPES["Q3_K"][0])  # a ggml type lmtail does not run
+    one_line_error(run(cmd, "demo", "--gguf", str(q3)), "UnsupportedError", "Q3_K", "Q5_K")
     one_line_error(run(cmd, "demo", "--gguf", str(tmp_path / "missing.gguf")), "GGUFError", "missing.gguf")
     # --debug, before or after the command: the full traceback
-    for args in (["--debug", "demo", "--gguf", str(q4)], ["demo", "--gguf", str(q4), "--debug"]):
+    for args in (["--debug", "demo", "--gguf", str(q3)], ["demo", "--gguf", str(q3), "--debug"]):
         r = run(cmd, *args)
-        assert r.returncode != 0 and "Traceback" in r.stderr and "GGUFError" in r.stderr, r.stderr
+        assert r.returncode != 0 and "Traceback" in r.stderr and "UnsupportedError" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("cmd,prog", COMMANDS)

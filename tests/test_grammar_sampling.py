@@ -4,7 +4,7 @@ llama.cpp's own samplers (top-k, temperature, XTC, mirostat v2, dist; llama-cpp-
 through ctypes) and its grammar sampler are driven exactly as ``common_sampler_sample`` drives them
 (chain on the raw logits, check the winner, on rejection mask and run the whole chain again) on
 seeded random logits; lmtail's ``Chain`` + ``GrammarMatcher`` through
-``lmtail.grammar.sampling.common_sample`` must pick the same tokens.  Rejections happen often
+``lmtail.common_sampling.common_sample`` must pick the same tokens.  Rejections happen often
 (the grammar allows few tokens at structural positions), so the second draw's RNG consumption is
 exercised.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from lmtail.grammar import Grammar, GrammarMatcher, Vocab
-from lmtail.grammar.sampling import common_sample
+from lmtail.common_sampling import common_sample
 
 from oracle._lib import vocab_gguf as _path
 

@@ -417,7 +417,7 @@ def test_unknown_sampler_names_list_the_valid_ones():
 def test_common_sample_resample_is_all_or_nothing():
     # The first draw is rejected by the grammar, then the mask for the resample fails: the chain must
     # be as before the call (llama.cpp's double draw happens only when the call completes).
-    from lmtail.grammar import common_sample
+    from lmtail.common_sampling import common_sample
 
     V = 96
     row = rows_saying("a", V)[0]

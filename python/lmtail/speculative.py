@@ -510,6 +510,7 @@ def verify_sample_and_match(chain, target, draft_tokens, *, grammar=None, gramma
     grammar therefore needs ``snapshot()``/``restore()`` (GrammarMatcher and LazyGrammarMatcher
     have them).
     """
+    from .common_sampling import common_sample, common_sample_row
     from .sampling import Chain
     from .sampling.topk_route import TopKRows
 
@@ -546,11 +547,7 @@ def verify_sample_and_match(chain, target, draft_tokens, *, grammar=None, gramma
 
     def sample(i: int) -> int:
         if rows is None:
-            return target.sample(chain, i, grammar, grammar_first)
-        if grammar is None:
-            return chain.sample(rows[i])
-        from .grammar.sampling import common_sample
-
+            return common_sample_row(chain, target, i, grammar, grammar_first)
         return common_sample(chain, rows[i], grammar, grammar_first)
 
     saved = chain._save("all")

@@ -41,6 +41,13 @@ def main() -> None:
     head_model(OUT / "head_unknown_arch.gguf", "myarch", rows=8, cols=256, kv={"myarch.logit_scale": f32(0.5)},
                vocab=False, seed=6)
     gu.minimal_raw_head(rows=4, cols=256).write(OUT / "head_raw_minimal.gguf")
+    # Other head types (issue 14): a Q8_0 head of hidden size 640 (not a multiple of 256), a tied BF16
+    # head, and a Q3_K head (a real ggml type lmtail does not run: UnsupportedError).
+    head_model(OUT / "head_llama_q8_0_640.gguf", "llama", rows=8, cols=640, head_type=gu.HEAD_TYPES["Q8_0"][0], seed=7)
+    head_model(OUT / "head_gemma2_tied_bf16.gguf", "gemma2", rows=8, cols=96, head="tied",
+               head_type=gu.HEAD_TYPES["BF16"][0], seed=8)
+    head_model(OUT / "head_llama_q3_k_refused.gguf", "llama", rows=4, cols=256, head_type=gu.OTHER_TYPES["Q3_K"][0],
+               seed=9)
 
     spm = ["<unk>", "<s>", "</s>", "<0x0A>", "<0x41>", "\u2581the", "\u2581a", "b", "<|im_end|>", "<|eot_id|>"]
     gu.write_gguf(OUT / "vocab_spm.gguf", "llama",

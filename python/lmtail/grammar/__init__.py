@@ -12,9 +12,11 @@
   linear time by :mod:`.regex`'s automaton;
 * :class:`GrammarSnapshot` / :class:`LazySnapshot` -- what ``snapshot()`` returns and
   ``restore()`` validates;
-* :func:`common_sample` -- llama-server's sample-check-resample discipline (:mod:`.sampling`);
 * :func:`json_schema_to_gbnf` -- llama.cpp's JSON schema -> GBNF text, byte for byte
   (:mod:`.json_schema`; :class:`GBNFBuilder` for several schemas in one grammar).
+
+llama-server's sample-check-resample discipline, which drives a grammar and a sampler chain
+together, is :func:`lmtail.common_sampling.common_sample` (above both packages).
 
 lmtail never calls llama.cpp; llama.cpp is only the tests' oracle.
 """
@@ -24,7 +26,6 @@ from .json_schema import GBNFBuilder, JSONSchemaWarning, json_schema_to_gbnf
 from .lazy import LazyGrammarMatcher, LazySnapshot
 from .matcher import Grammar, GrammarMatcher, GrammarSnapshot
 from .parser import parse_gbnf
-from .sampling import common_sample
 from .vocab import Vocab
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "LazyGrammarMatcher",
     "LazySnapshot",
     "Vocab",
-    "common_sample",
     "json_schema_to_gbnf",
     "parse_gbnf",
 ]

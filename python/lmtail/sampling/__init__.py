@@ -23,15 +23,5 @@ __all__ = [
     "TokenLogprobs", "server_logprobs", "post_sampling_logprobs",
     "Sampler", "SamplingError",
     "topk_needed", "batch_topk_needed", "route_plan", "sample_topk", "TopKRows",
-    "common_sample",
 ]
 
-
-def __getattr__(name: str):
-    # lmtail.sampling.common_sample lives with the grammar engine (it needs the matcher); imported
-    # lazily so that `import lmtail.sampling` does not pull the grammar package in.
-    if name == "common_sample":
-        from ..grammar.sampling import common_sample
-
-        return common_sample
-    raise AttributeError(f"module 'lmtail.sampling' has no attribute {name!r}")

@@ -430,21 +430,11 @@ class TopKRows:
             raise ParameterError(f"TopKRows: row index must be an integer in [0, {len(self)}); found {t!r}")
         return int(t)
 
-    def sample(self, chain: Chain, t: int, grammar=None, grammar_first: bool = False) -> int:
-        """Row t's token as ``common_sample(chain, whole_row_t, grammar, grammar_first)`` returns it
-        (not accepted). All-or-nothing: on an error the chain's state is as before."""
+    def sample(self, chain: Chain, t: int) -> int:
+        """Row t's token as ``chain.sample(whole_row_t)`` returns it (not accepted). All-or-nothing:
+        on an error the chain's state is as before. With a grammar:
+        :func:`lmtail.common_sampling.common_sample_row` (above this package)."""
         t = self._index(t)
-        if _grammar_constrains(grammar):
-            from ..grammar.sampling import common_sample
-
-            saved = chain._save("apply")  # common_sample may run the chain twice
-            try:
-                tok = common_sample(chain, self.row(t), grammar, grammar_first)
-            except BaseException:
-                chain._load(saved)
-                raise
-            STATS.whole += 1
-            return tok
         return sample_topk(chain, self.ids[t], self.values[t], (lambda: self.row(t)) if self._row else None,
                            _checked=True)
 

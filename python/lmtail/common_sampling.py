@@ -1,5 +1,10 @@
 """llama-server's grammar-constrained sampling discipline (``common_sampler_sample``).
 
+This module sits above both :mod:`lmtail.sampling` (the chain) and :mod:`lmtail.grammar` (the
+matcher), as ``common/sampling.cpp`` sits above llama.cpp's samplers and its grammar: it imports
+the sampling package and takes the grammar by its protocol (``allows(t)``, ``mask()``, and
+``awaiting_trigger`` for a lazy grammar), so neither lower package imports the other or this one.
+
 ``common/sampling.cpp`` in llama-cpp-python 0.3.36, with ``grammar_first = false`` (what
 llama-server does for every request):
 
@@ -25,7 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["common_sample"]
+from .sampling import Candidates, SamplingError, TopKRows
+from .sampling.topk_route import STATS, _grammar_constrains
+
+__all__ = ["common_sample", "common_sample_row"]
 
 
 def _mask_candidates(c, grammar) -> None:
@@ -47,8 +55,6 @@ def common_sample(chain, logits: np.ndarray, grammar=None, grammar_first: bool =
     :class:`~lmtail.grammar.GrammarMatcher` (or anything with ``allows(t)`` and ``mask()``), or
     None for no grammar.  Neither is advanced: accept the token into both afterwards.
     """
-    from ..sampling import Candidates
-
     if grammar is None:
         return chain.sample(logits)
     logits = chain.check_logits(logits)
@@ -68,9 +74,32 @@ def common_sample(chain, logits: np.ndarray, grammar=None, grammar_first: bool =
         return _selected(chain, c)
 
 
+def common_sample_row(chain, rows: TopKRows, t: int, grammar=None, grammar_first: bool = False) -> int:
+    """Row t of a :class:`~lmtail.sampling.TopKRows` as ``common_sample(chain, whole_row_t,
+    grammar, grammar_first)`` returns it (not accepted).
+
+    A grammar that constrains needs the whole row (fetched through ``rows.row``); no grammar, or
+    a lazy grammar still waiting for its trigger, keeps the top-k route
+    (``rows.sample(chain, t)``).  All-or-nothing: on an error the chain's state is as before.
+    """
+    if not isinstance(rows, TopKRows):
+        from .errors import ParameterError
+
+        raise ParameterError(f"rows: expected an lmtail.sampling.TopKRows; found {type(rows).__name__}")
+    if not _grammar_constrains(grammar):
+        return rows.sample(chain, t)
+    t = rows._index(t)
+    saved = chain._save("apply")  # common_sample may run the chain twice
+    try:
+        tok = common_sample(chain, rows.row(t), grammar, grammar_first)
+    except BaseException:
+        chain._load(saved)
+        raise
+    STATS.whole += 1
+    return tok
+
+
 def _selected(chain, c) -> int:
     if not 0 <= c.selected < c.size:
-        from ..sampling import SamplingError
-
         raise SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size})")
     return int(c.buf["id"][c.offset + c.selected])
