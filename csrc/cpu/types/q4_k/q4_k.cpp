@@ -101,7 +101,7 @@ void q4_k_matvec(const MatvecCall &c) {
             case Isa::Avx512: kernel = matvec_q4_k_i24_avx512; break;
             case Isa::Avx2: kernel = matvec_q4_k_i24_avx2; break;
 #endif
-#if defined(LMTAIL_HAVE_NEON) && defined(LMTAIL_Q4K_NEON)
+#if defined(LMTAIL_HAVE_NEON)
             case Isa::Neon: kernel = matvec_q4_k_i24_neon; break;
 #endif
             default: break;
@@ -116,7 +116,7 @@ void q4_k_matvec(const MatvecCall &c) {
         case Isa::Avx512: kernel = matvec_q4_k_avx512; break;
         case Isa::Avx2: kernel = matvec_q4_k_avx2; break;
 #endif
-#if defined(LMTAIL_HAVE_NEON) && defined(LMTAIL_Q4K_NEON)
+#if defined(LMTAIL_HAVE_NEON)
         case Isa::Neon: kernel = matvec_q4_k_neon; break;
 #endif
         default: break;
