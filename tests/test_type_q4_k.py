@@ -255,7 +255,7 @@ def awkward_inputs():
     out["spikes"] = (w, x)
     w = rng.standard_normal((64, cols)) * np.repeat(10.0 ** rng.uniform(-4, 3, (64, 4)), 256, axis=1)
     out["huge_tiny_scales"] = (w, rng.standard_normal((3, cols)) * 10.0 ** rng.uniform(-20, 20, (3, 1)))
-    out["subnormal_d"] = (rng.standard_normal((64, cols)) * 1e-7, rng.standard_normal((3, cols)))
+    out["subnormal_d"] = (rng.standard_normal((64, cols)) * 1e-4, rng.standard_normal((3, cols)))  # fp16-subnormal d
     w = rng.standard_normal((64, cols))
     w[:, 256:512] = 0.0
     out["zero_blocks"] = (w, rng.standard_normal((3, cols)))
@@ -278,6 +278,9 @@ def test_accuracy_normwise(name, precision):
     w, x = AWKWARD[name]
     cols = w.shape[1]
     q = quantize(w.astype(np.float32))
+    if name == "subnormal_d":
+        d = q.reshape(-1, BLOCK)[:, :2].copy().view(np.uint16).ravel()
+        assert np.all((d & 0x7C00) == 0) and np.all(d != 0)
     x = x.astype(np.float32)
     want = ref64(q, cols, x)
     got = matvec(q, cols, x, threads=2, precision=precision).astype(np.float64)
