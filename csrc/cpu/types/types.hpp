@@ -43,7 +43,8 @@ constexpr uint32_t precision_bit(Precision p) { return 1u << (int)p; }
     X(Q5_K) \
     X(Q6_K) \
     X(Q4_0) \
-    X(Q8_0)
+    X(Q8_0) \
+    X(Q4_K)
 
 #define LMT_DECLARE_CPU_TYPE(NAME) extern const CpuTypeImpl kCpu##NAME;
 LMT_CPU_TYPES(LMT_DECLARE_CPU_TYPE)
