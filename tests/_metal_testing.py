@@ -116,5 +116,9 @@ def register(monkeypatch) -> str:
     from lmtail import _backend
     from lmtail._metal import MetalBackend
 
+    import dataclasses
+
     monkeypatch.setitem(_backend._IMPLS, backend_name(), MetalBackend(load().metal_emu, backend_name()))
+    # Its capability row: metal-emu's (the same kernels and host code).
+    monkeypatch.setitem(_backend._ROWS, backend_name(), dataclasses.replace(_backend._ROWS["metal-emu"], name=backend_name()))
     return backend_name()

@@ -52,7 +52,7 @@ def test_precision_validation():
     with pytest.raises(lmtail.ParameterError):
         lmtail.Head(q, precision="bf16")
     if "metal-emu" in lmtail.backends():
-        with pytest.raises(lmtail.BackendError):
+        with pytest.raises(lmtail.UnsupportedError, match="i16.*Q5_K.*metal-emu.*: cpu"):
             lmtail.Head(q, backend="metal-emu", precision="i16")
         assert lmtail.Head(q, backend="metal-emu").precision == "f32"
 

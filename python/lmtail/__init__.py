@@ -1,6 +1,6 @@
 """lmtail: the last stage of LLM decoding, from the final hidden state to the chosen token.
 
-Final RMSNorm -> Q5_K LM head -> logit scale -> soft cap -> greedy / top-k / full row, on one
+Final norm -> LM head (Q5_K, and every weight type ``capabilities()`` lists) -> logit scale -> soft cap -> greedy / top-k / full row, on one
 set of kernel names across backends, plus llama.cpp-exact policy layers.
 """
 
@@ -10,6 +10,7 @@ import os as _os
 
 from . import ops, speculative
 from ._backend import backends
+from ._backend import capabilities as _capabilities
 from .errors import (
     BackendError,
     DTypeError,
@@ -25,7 +26,23 @@ from .errors import (
 )
 from .grammar import Grammar, GrammarMatcher, Vocab
 from .head import Head
-from .quant import dequantize_q5_k, quantize_q5_k
+from .quant import dequantize, dequantize_q5_k, quantize, quantize_q5_k
+
+
+def capabilities() -> dict:
+    """What each backend lmtail knows runs, present on this machine or not.
+
+    ``{backend: {"available": bool, op: {"dtypes": [...], "precisions": [...]}}}`` for "cpu",
+    "metal", "metal-emu" and "cuda". ``available`` says whether this build runs it on this
+    machine (:func:`backends` lists those). The ops: "matvec" and "head" (weight types by ggml
+    name, with ``"by_dtype": {name: {"precisions": [...], "default": name}}`` since precisions
+    differ per type, and for "head" its final ``"norms"``), and the float32 ops "rms_norm",
+    "layer_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk" (dtypes ["F32"],
+    or [] where the backend lacks the op). Any other combination raises
+    :class:`UnsupportedError`. The CPU column is the C++ type table (every type compiled in);
+    a fresh dict each call.
+    """
+    return _capabilities()
 
 __version__ = "0.1.0"
 
@@ -53,6 +70,9 @@ __all__ = [
     "ops",
     "speculative",
     "backends",
+    "capabilities",
+    "quantize",
+    "dequantize",
     "quantize_q5_k",
     "dequantize_q5_k",
     "cmake_dir",

@@ -32,7 +32,8 @@ def _build_default(rows: int, cols: int, seed: int, precision=None, threads=None
 
 
 def _demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gguf", help="use output.weight of this GGUF model instead of the synthetic head")
+    p.add_argument("--gguf", help="use output.weight (or the tied token_embd.weight; any supported weight type) of "
+                                  "this GGUF model instead of the synthetic head")
     p.add_argument("--rows", type=int, default=None, help="synthetic head rows (default 202048)")
     p.add_argument("--cols", type=int, default=None, help="synthetic head cols, a multiple of 256 (default 6656)")
     p.add_argument("--tokens", type=int, default=1, help="T: hidden rows per step (speculative verify width)")
@@ -89,7 +90,7 @@ def demo(a) -> int:
     print(f"backend={head.backend} simd={lmtail._core.isa_name()} threads={a.threads or lmtail._core.default_threads()} "
           f"precision={head.precision} logit_scale={head.logit_scale} softcap={head.softcap} "
           f"eog_ids={list(head.eog_ids)[:8]}")
-    wbytes = head.weight.nbytes
+    wbytes = head.weight_bytes
     T = a.tokens
     stats: dict[str, list] = {"norm": [], "head": [], "cap": [], "greedy": [], "topk": [], "sample": []}
     from lmtail.sampling import common_chain
@@ -117,7 +118,7 @@ def demo(a) -> int:
     med = {k: float(np.median(v)) * 1e3 for k, v in stats.items() if v}
     print("\nper-stage median ms (T=%d): " % T + "  ".join(f"{k}={v:.3f}" for k, v in med.items()))
     print(f"head matvec: {wbytes / (med['head'] / 1e3) / 1e9:.1f} GB/s effective "
-          f"({wbytes / 1e6:.1f} MB of Q5_K weights per step)")
+          f"({wbytes / 1e6:.1f} MB of {head.dtype} weights per step)")
     total = med["norm"] + med["head"] + med["cap"] + med["greedy"]
     print(f"greedy tail total: {total:.2f} ms/step; bytes read back per greedy row: 4")
     if sampled:
@@ -228,10 +229,13 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _hint(e: BaseException, command: str) -> str:
-    from .errors import BackendError, GGUFError, NonFiniteLogitsError
+    from .errors import BackendError, GGUFError, NonFiniteLogitsError, UnsupportedError
 
     if isinstance(e, GGUFError):
-        return "--gguf takes a llama.cpp GGUF model whose output.weight (or tied token_embd.weight) is Q5_K"
+        return ("--gguf takes a llama.cpp GGUF model whose output.weight (or tied token_embd.weight) is of a type "
+                "lmtail.capabilities() lists for the backend")
+    if isinstance(e, UnsupportedError):
+        return "lmtail.capabilities() lists the weight types each backend runs"
     if isinstance(e, BackendError):
         import lmtail
 

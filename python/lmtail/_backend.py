@@ -1,28 +1,121 @@
-"""Backend registry: one set of op names, one implementation module per backend."""
+"""Backend registry and the capability table: which backend runs which op, weight type and precision.
+
+One table (``_ROWS``) declares every backend lmtail knows, present here or not; ops and Head
+consult it instead of backend names or ``hasattr``. The CPU's weight types are not written here:
+they are the C++ CPU type table (csrc/cpu/types/types.hpp, ``LMT_CPU_TYPES``) read through
+``_core.cpu_types()``, so a type merged there appears in ``lmtail.capabilities()``, ops and Head
+with no Python change. The device backends (metal, metal-emu, cuda) run Q5_K only so far.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 from . import _core
-from .errors import BackendError
+from ._types import GGMLType, ggml_type
+from .errors import BackendError, ParameterError, UnsupportedError
 
-# Backends this build can run. `metal` joins on Apple GPUs, `metal-emu` with the emulator,
-# `cuda` with LMTAIL_CUDA=ON and a GPU; each provides the same _core-style entry points.
+# Every precision name any backend knows (lmt::cpu::Precision without "default").
+PRECISION_NAMES = ("f32", "i16", "i24")
+# The ops on float32 rows (their only dtype is F32, their only precision f32).
+FLOAT_OPS = ("rms_norm", "layer_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """A weight type a backend runs: block geometry (from the C++ table) and precisions."""
+
+    name: str
+    id: int
+    block_elems: int
+    block_bytes: int
+
+    def row_bytes(self, cols: int) -> int:
+        return cols // self.block_elems * self.block_bytes
+
+
+def _cpu_types() -> tuple[dict[str, TypeInfo], dict[str, tuple[str, ...]]]:
+    infos, precs = {}, {}
+    for r in _core.cpu_types():
+        infos[r["name"]] = TypeInfo(r["name"], int(r["id"]), int(r["block_elems"]), int(r["block_bytes"]))
+        # The default first: every consumer reads element 0 as the default.
+        rest = tuple(p for p in r["precisions"] if p != r["default_precision"])
+        precs[r["name"]] = (r["default_precision"],) + rest
+    return infos, precs
+
+
+# Block geometry of every type some backend runs. The CPU runs every type a device runs (it is
+# the reference the device kernels are tested against), so the CPU rows are the source.
+TYPES, _CPU_PRECISIONS = _cpu_types()
+
+
+def _cpu_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
+    impl.matvec(w, t.id, cols, x2, out, threads, isa, precision)
+
+
+def _device_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
+    # The device kernels have one entry point per type and no precision argument (f32 only).
+    getattr(impl, f"matvec_{t.name.lower()}")(w, cols, x2, out, threads, isa)
+
+
+def _device_matvec_view(impl, t: TypeInfo, w, cols, x2, isa):
+    # Metal: the logits stay in the shared buffer they were computed in; the result is a numpy
+    # view of its contents (no copy out), which keeps the buffer alive.
+    return getattr(impl, f"matvec_{t.name.lower()}_view")(w, cols, x2, isa)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One backend of the capability table."""
+
+    name: str
+    # dtype name -> precisions, the default first (matvec and head).
+    matvec: dict
+    # float32 ops this backend implements.
+    ops: tuple
+    # How lmtail.Head runs here: "core" (the C++ lmt::Head, _core.CpuHead), "device" (the
+    # backend's DeviceHead: weights resident, only the route's bytes come back) or "ops" (the
+    # ops one by one from Python).
+    head: str
+    # Head's final norms on this backend ("none" = no norm applied).
+    head_norms: tuple
+    run_matvec: Callable
+    # A zero-copy view-returning matvec (Metal's shared buffer), or None.
+    matvec_view: Optional[Callable] = None
+    # The norm kernels mark a row whose mean of squares overflowed with NaN instead of raising
+    # (the device kernels); ops checks for that on the host.
+    norm_poisons_overflow: bool = False
+
+
+_DEVICE_OPS = ("rms_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
+_DEVICE_Q5K = {"Q5_K": ("f32",)}
+
+# THE capability table. `available` is decided below, where each backend registers.
+_ROWS: dict[str, Row] = {
+    "cpu": Row("cpu", _CPU_PRECISIONS, FLOAT_OPS, "core", ("none", "rms", "layer"), _cpu_matvec),
+    "metal": Row("metal", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view, True),
+    "metal-emu": Row("metal-emu", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view,
+                     True),
+    "cuda": Row("cuda", _DEVICE_Q5K, _DEVICE_OPS, "device", ("none", "rms"), _device_matvec, None, True),
+}
+for _r in _ROWS.values():  # a device type the CPU lacks would have no block geometry
+    assert set(_r.matvec) <= set(TYPES), (_r.name, _r.matvec)
+
+# Backends this build can run, in table order: `metal` on Apple GPUs, `metal-emu` with the
+# emulator, `cuda` with LMTAIL_CUDA=ON and a GPU; each provides the same _core-style entry points.
 _IMPLS: dict[str, Any] = {"cpu": _core}
 # metal: the Metal kernels (metal/*.metal) and host code (csrc/metal) on an Apple GPU, built on
 # Apple (LMTAIL_METAL) and listed only where a device and lmtail.metallib load.
 # metal-emu: the same kernels and host code on the CPU emulator, built by default (LMTAIL_EMU).
 # Both have the same entry points as the CPU functions of _core.
-from ._metal import MetalBackend, device_backend
+from ._metal import MetalBackend, device_backend  # noqa: E402
 
 _metal = device_backend(_core)
 if _metal is not None:
     _IMPLS["metal"] = _metal
 if hasattr(_core, "metal_emu"):
     _IMPLS["metal-emu"] = MetalBackend(_core.metal_emu, "metal-emu")
-
-
 # cuda: built with LMTAIL_CUDA=ON; listed only when a device is present.
 if hasattr(_core, "cuda") and _core.cuda.available():
     _IMPLS["cuda"] = _core.cuda
@@ -38,5 +131,79 @@ def get(name: str):
         raise BackendError(f"backend must be a string such as 'cpu'; found {type(name).__name__}")
     impl = _IMPLS.get(name)
     if impl is None:
-        raise BackendError(f"backend {name!r} is not available here; available: {', '.join(_IMPLS)}")
+        known = "" if name in _ROWS else f" (lmtail knows: {', '.join(_ROWS)})"
+        raise BackendError(f"backend {name!r} is not available here; available: {', '.join(_IMPLS)}{known}")
     return impl
+
+
+def row(name: str) -> Row:
+    """The table row of an available backend (BackendError otherwise)."""
+    get(name)
+    return _ROWS[name]
+
+
+def _where(pred) -> str:
+    names = [n for n, r in _ROWS.items() if pred(r)]
+    return ", ".join(names) if names else "none"
+
+
+def _type_summary() -> str:
+    return "; ".join(f"{n}: {', '.join(r.matvec) or 'none'}" for n, r in _ROWS.items())
+
+
+def weight_type(dtype, backend: str, op: str = "matvec") -> TypeInfo:
+    """``dtype`` resolved against ``backend``'s row: the TypeInfo to run, or ParameterError (not a
+    ggml type) / UnsupportedError (a ggml type this backend does not run, naming those that do)."""
+    t = ggml_type(dtype)
+    r = row(backend)
+    if t.name not in r.matvec:
+        raise UnsupportedError(unsupported_type_message(t, backend, op))
+    return TYPES[t.name]
+
+
+def unsupported_type_message(t: GGMLType, backend: str, op: str) -> str:
+    runs = _where(lambda r: t.name in r.matvec)
+    if runs == "none":
+        return (f"{op}: weight type {t.name} (ggml id {t.id}) is not run by any lmtail backend "
+                f"(types run: {_type_summary()})")
+    return f"{op}: weight type {t.name} is not run by the {backend} backend; backends that run it: {runs}"
+
+
+def precision(value, t: TypeInfo, backend: str) -> str:
+    """The precision to run ``t`` with on ``backend``: None picks that type's default there."""
+    allowed = _ROWS[backend].matvec[t.name]
+    if value is None:
+        return allowed[0]
+    if not isinstance(value, str) or value not in PRECISION_NAMES:
+        raise ParameterError(f"precision: expected {', '.join(map(repr, PRECISION_NAMES))} or None; found {value!r}")
+    if value not in allowed:
+        runs = _where(lambda r: value in r.matvec.get(t.name, ()))
+        raise UnsupportedError(f"precision {value!r} is not run for {t.name} on the {backend} backend (it has: "
+                               f"{', '.join(allowed)}); backends that run {t.name} at {value}: {runs}")
+    return value
+
+
+def require_op(op: str, backend: str) -> Any:
+    """The implementation of an available backend that runs the float32 op ``op``."""
+    impl = get(backend)
+    if op not in _ROWS[backend].ops:
+        raise UnsupportedError(f"{op} is not run by the {backend} backend; backends that run it: "
+                               f"{_where(lambda r: op in r.ops)}")
+    return impl
+
+
+def capabilities() -> dict:
+    """What every backend lmtail knows runs, present on this machine or not."""
+    out = {}
+    for name, r in _ROWS.items():
+        by_dtype = {d: {"precisions": list(p), "default": p[0]} for d, p in r.matvec.items()}
+        precs = [p for p in PRECISION_NAMES if any(p in v for v in r.matvec.values())]
+        col: dict[str, Any] = {"available": name in _IMPLS}
+        for op in ("matvec", "head"):
+            col[op] = {"dtypes": list(r.matvec), "precisions": list(precs),
+                       "by_dtype": {d: dict(v, precisions=list(v["precisions"])) for d, v in by_dtype.items()}}
+        col["head"]["norms"] = list(r.head_norms)
+        for op in FLOAT_OPS:  # every op is listed; one a backend lacks has no dtypes
+            col[op] = {"dtypes": ["F32"], "precisions": ["f32"]} if op in r.ops else {"dtypes": [], "precisions": []}
+        out[name] = col
+    return out

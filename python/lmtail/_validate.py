@@ -6,10 +6,8 @@ import numbers
 
 import numpy as np
 
-from .errors import BackendError, DTypeError, ParameterError, ShapeError
+from .errors import DTypeError, ParameterError, ShapeError
 
-Q5K_BLOCK_BYTES = 176
-QK_K = 256
 
 
 def float32_array(x, name: str, ndims=(1, 2)) -> np.ndarray:
@@ -34,31 +32,62 @@ def float32_array(x, name: str, ndims=(1, 2)) -> np.ndarray:
     return x
 
 
-def q5k_weight(w, name: str = "weight") -> tuple[np.ndarray, int, int]:
-    """Return (w, rows, cols) for a Q5_K matrix of shape (rows, cols/256*176) uint8."""
+# The float-array forms of the float weight types: (array dtype, ggml type) pairs whose element
+# is one weight, stored exactly as GGUF stores it (so a byte view is the GGUF row).
+FLOAT_WEIGHT_VIEWS = {"F16": np.dtype(np.float16), "BF16": np.dtype(np.uint16), "F32": np.dtype(np.float32)}
+
+
+def weight_array(w, t, name: str = "weight") -> tuple[np.ndarray, int, int]:
+    """(w as uint8 (rows, row_bytes), rows, cols) for a matrix of weight type ``t`` (a
+    ``_backend.TypeInfo``), never copied.
+
+    Accepted: raw GGUF bytes, uint8 (rows, row_bytes) with row_bytes a whole number of blocks;
+    for F16 / BF16 / F32 also float16 / uint16 / float32 (rows, cols) in the machine's byte order,
+    viewed as their bytes. Rows must be contiguous bytes (row stride >= row bytes, e.g. a slice of
+    a wider matrix or a memory map): anything else is a DTypeError (copy it explicitly; a silent
+    copy of a head costs its whole size)."""
     if not isinstance(w, np.ndarray):
-        raise DTypeError(f"{name}: expected a numpy uint8 array of Q5_K blocks; found {type(w).__name__}")
-    if w.dtype != np.uint8:
-        raise DTypeError(f"{name}: expected dtype uint8 (raw Q5_K blocks); found {w.dtype}")
+        raise DTypeError(f"{name}: expected a numpy uint8 array of {t.name} blocks; found {type(w).__name__}")
+    view = FLOAT_WEIGHT_VIEWS.get(t.name)
+    dt = w.dtype
+    if dt.fields is not None or (dt != np.uint8 and (view is None or dt != view)):
+        forms = "uint8 (raw GGUF bytes)" + (f" or {view} (rows, cols)" if view is not None else "")
+        raise DTypeError(f"{name}: expected dtype {forms} for {t.name}; found {dt}")
+    if dt.itemsize > 1 and not dt.isnative:
+        raise DTypeError(f"{name}: expected {dt.name} in the machine's byte order; found byte-swapped {dt.str!r}")
     if w.ndim != 2:
-        raise ShapeError(f"{name}: expected 2-D (rows, row_bytes); found shape {w.shape}")
-    rows, nbytes = w.shape
-    if rows < 1 or nbytes < 1 or nbytes % Q5K_BLOCK_BYTES:
-        raise ShapeError(
-            f"{name}: row bytes must be a positive multiple of {Q5K_BLOCK_BYTES} (one Q5_K block per 256 "
-            f"weights); found shape {w.shape}"
-        )
-    if w.dtype.byteorder not in ("=", "|") and not w.dtype.isnative:  # pragma: no cover - uint8 has no byte order
-        raise DTypeError(f"{name}: expected native uint8; found {w.dtype.str!r}")
+        raise ShapeError(f"{name}: expected 2-D (rows, {'row_bytes' if dt.itemsize == 1 else 'cols'}); found shape {w.shape}")
+    rows, n = w.shape
+    isz = dt.itemsize
+    if rows < 1 or n < 1:
+        raise ShapeError(f"{name}: expected a non-empty matrix; found shape {w.shape}")
     if rows >= 2**31:
         raise ShapeError(f"{name}: at most 2^31-1 rows (vocabulary ids fit in 31 bits); found {rows}")
-    if not (w.flags.c_contiguous or (w.strides[1] == 1 and w.strides[0] >= nbytes)):
-        w = np.ascontiguousarray(w)
-    elif w.dtype is not np.dtype(np.uint8):
-        # An equal dtype instance that is not numpy's own (a ctypes-backed buffer): the same bytes
-        # under the canonical dtype, still without a copy.
-        w = w.view(np.uint8)
-    return w, rows, nbytes // Q5K_BLOCK_BYTES * QK_K
+    if not (w.strides[1] == isz and (rows == 1 or w.strides[0] >= n * isz)):
+        raise DTypeError(f"{name}: rows must be contiguous in memory (strides {w.strides} for shape {w.shape}); pass "
+                         f"np.ascontiguousarray({name}) to copy it")
+    if isz > 1:
+        cols = n
+        w = w.view(np.uint8)  # (rows, cols * itemsize): the same memory, GGUF's bytes
+        if t.block_elems > 1 and cols % t.block_elems:  # pragma: no cover - float types have blocks of 1
+            raise ShapeError(f"{name}: cols must be a multiple of {t.name}'s block of {t.block_elems}; found {cols}")
+    else:
+        if n % t.block_bytes:
+            raise ShapeError(f"{name}: row bytes must be a positive multiple of {t.block_bytes} (one {t.name} block per "
+                             f"{t.block_elems} weights); found shape {w.shape}")
+        cols = n // t.block_bytes * t.block_elems
+        if dt is not np.dtype(np.uint8):
+            # An equal dtype instance that is not numpy's own (a ctypes-backed buffer): the same
+            # bytes under the canonical dtype, still without a copy.
+            w = w.view(np.uint8)
+    return w, rows, cols
+
+
+def block_cols(cols: int, t, name: str) -> None:
+    """ShapeError unless ``cols`` is a positive multiple of ``t``'s block."""
+    if cols < 1 or cols % t.block_elems:
+        raise ShapeError(f"{name}: cols must be a positive multiple of {t.name}'s block of {t.block_elems} weights; "
+                         f"found {cols}")
 
 
 # Upper bound of every ``threads=`` argument (the C++ core's lmt::kMaxThreads).
@@ -105,25 +134,3 @@ def token_ids(ids, n: int, name: str) -> np.ndarray:
     if bad.any():
         raise ParameterError(f"{name}: token id {int(arr[bad][0])} out of range [0, {n})")
     return np.unique(arr.astype(np.uint32))
-
-
-# Activation precision of the Q5_K matvec per backend: the first entry is the backend's default.
-# "f32": activations stay f32, f32 arithmetic (the reference the other backends reproduce,
-# normwise error ~4e-7); "i24": each 256-block of x as s*(a + b/255), a int16, b uint8 (a 24-bit
-# fixed point, step max|x|*2^-23), both summed exactly in integers (~2e-7: more accurate than
-# f32 arithmetic, and it meets issue 2's speed goals, which f32 arithmetic cannot on this class
-# of CPU: docs/DESIGN.md "Precision"); "i16": the int16 piece alone (~2.7e-5, fastest).
-# ggml's q8_K: ~7e-3. The C++ API has the same default (Precision::I24).
-PRECISIONS = {"cpu": ("i24", "f32", "i16")}
-
-
-def precision_arg(precision, backend: str) -> str:
-    """The precision to run on ``backend``: None picks the backend's default."""
-    allowed = PRECISIONS.get(backend, ("f32",))
-    if precision is None:
-        return allowed[0]
-    if precision not in ("f32", "i16", "i24"):
-        raise ParameterError(f"precision: expected 'f32', 'i16', 'i24' or None; found {precision!r}")
-    if precision not in allowed:
-        raise BackendError(f"precision {precision!r} is not available on backend {backend!r} (it has: {', '.join(allowed)})")
-    return precision

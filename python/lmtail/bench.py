@@ -378,8 +378,8 @@ def run(a) -> dict:
             head = synthetic_head(weight, gamma, backend=b, threads=a.threads, precision=a.precision)
         if a.topk > head.rows:
             raise ParameterError(f"--topk: expected at most the head's {head.rows} rows; found {a.topk}")
-        wbytes = int(head.weight.nbytes)
-        head_info.update(rows=head.rows, cols=head.cols, weight_type="Q5_K", weight_bytes=wbytes,
+        wbytes = int(head.weight_bytes)
+        head_info.update(rows=head.rows, cols=head.cols, weight_type=head.dtype, weight_bytes=wbytes,
                          logit_scale=head.logit_scale, softcap=head.softcap)
         hidden = (rng.standard_normal((a.tokens, head.cols)) * 2).astype(np.float32)
         if wbytes * (2 * a.repeat + 2) > 2e9:  # over ~1 s at tens of GB/s

@@ -1,4 +1,4 @@
-"""The LM-head tail as one object: final RMSNorm -> Q5_K head -> logit scale -> soft cap -> selection."""
+"""The LM-head tail as one object: final norm -> head matvec (any weight type) -> logit scale -> soft cap -> selection."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Optional
 import numpy as np
 
 from . import _backend, _core
-from ._validate import finite_float, float32_array, precision_arg, q5k_weight, threads_arg, token_ids
-from .errors import BackendError, DTypeError, NonFiniteLogitsError, ParameterError, ResourceError, ShapeError
+from ._validate import finite_float, float32_array, threads_arg, token_ids, weight_array
+from .errors import DTypeError, NonFiniteLogitsError, ParameterError, ResourceError, ShapeError, UnsupportedError
 from .ops import check_greedy
 
 # The fail-closed finite checks of the Python paths (metal-emu, cuda) scan host memory (the
@@ -69,15 +69,20 @@ class _ThreadState(threading.local):
 class Head:
     """An LM head: ``logits = softcap(scale * (W @ rms_norm(hidden) * gamma))``.
 
-    ``weight`` is a uint8 array (rows, cols/256*176) of Q5_K blocks, used without a copy when its
-    rows are contiguous bytes (e.g. a memory-mapped GGUF tensor): keep it alive and unchanged.
+    ``weight`` is the head matrix of ggml type ``dtype`` (default "Q5_K"; any type
+    ``lmtail.capabilities()[backend]["head"]["dtypes"]`` lists, by name in any case or id): its
+    GGUF bytes as uint8 (rows, row_bytes), or for F16 / BF16 / F32 a float16 / uint16 / float32
+    (rows, cols) array (see :func:`lmtail.ops.matvec`). It is used without a copy (its rows must
+    be contiguous bytes, e.g. a memory-mapped GGUF tensor): keep it alive and unchanged.
     ``norm`` is the final RMSNorm's gamma (cols,), or None when the hidden state arrives already
     normalised (no norm is applied). ``norm_kind="layer"`` applies a LayerNorm without bias
     instead (command-r, cohere2: llama.cpp's LLM_NORM), with ``norm`` as its optional weight.
     ``logit_scale`` must be finite and non-zero; ``softcap`` finite and >= 0, where 0 disables the
-    cap. ``precision`` selects the head matvec's activation precision ("f32", or on the CPU "i24"
-    (its default, f32-grade) or "i16"; None: the backend's default), see
-    :func:`lmtail.ops.matvec_q5_k`. ``threads``: None (the core's default) or 1..1024.
+    cap. ``precision`` selects the head matvec's activation precision (per type and backend, see
+    :func:`lmtail.capabilities`; for Q5_K on the CPU "i24" (its default, f32-grade), "f32" or
+    "i16"; None: the type's default there, normwise error <= 1e-6), see :func:`lmtail.ops.matvec`.
+    A type, precision or norm the backend does not run raises :class:`lmtail.UnsupportedError`
+    naming the backends that run it. ``threads``: None (the core's default) or 1..1024.
     ``max_tokens``: rows of staging each thread starts with (grown on demand).
 
     On ``backend="cpu"`` the tail is the C++ ``lmt::Head`` (``lmtail/head.hpp``): one
@@ -110,11 +115,14 @@ class Head:
         max_tokens: int = 8,
         norm_kind: str = "rms",
         precision: Optional[str] = None,
+        dtype="Q5_K",
     ) -> None:
         self._impl = _backend.get(backend)
         self._backend = backend
-        self._precision = precision_arg(precision, backend)
-        self._weight, self._rows, self._cols = q5k_weight(weight, "weight")
+        self._route = _backend.row(backend)
+        self._type = _backend.weight_type(dtype, backend, "Head")
+        self._precision = _backend.precision(precision, self._type, backend)
+        self._weight, self._rows, self._cols = weight_array(weight, self._type, "weight")
         if norm is not None:
             norm = float32_array(norm, "norm", ndims=(1,))
             if norm.shape[0] != self._cols:
@@ -123,8 +131,10 @@ class Head:
                 raise ParameterError(f"norm: gamma must be finite; found {norm[~np.isfinite(norm)][0]}")
         if not isinstance(norm_kind, str) or norm_kind not in ("rms", "layer"):
             raise ParameterError(f"norm_kind: expected 'rms' or 'layer'; found {norm_kind!r}")
-        if norm_kind == "layer" and not hasattr(self._impl, "layer_norm"):
-            raise BackendError(f"backend {backend!r} has no layer_norm; LayerNorm heads run on 'cpu'")
+        if norm_kind not in self._route.head_norms:
+            runs = ", ".join(n for n, c in _backend.capabilities().items() if norm_kind in c["head"]["norms"])
+            raise UnsupportedError(f"Head: norm_kind={norm_kind!r} is not run by the {backend} backend; backends that "
+                                   f"run it: {runs}")
         self._norm = norm
         self._norm_kind = norm_kind
         self._scale = finite_float(logit_scale, "logit_scale")
@@ -145,13 +155,15 @@ class Head:
         self._norm_mode = "layer" if norm_kind == "layer" else ("rms" if norm is not None else "none")
         self._cpu = None
         self._device = None
-        if backend == "cpu":
+        if self._route.head == "core":
+            # precision=None passes "default": the C++ table's default for the type, reported back.
             self._cpu = _core.CpuHead(self._weight, self._cols, norm, self._norm_mode, self._eps, self._scale,
-                                      self._softcap, self._precision, self._threads)
-        elif backend == "cuda":
+                                      self._softcap, "default" if precision is None else self._precision,
+                                      self._threads, weight_type=self._type.id)
+            self._precision = self._cpu.precision
+        elif self._route.head == "device":
             # Weights uploaded once; the tail runs on the device and only the route's bytes come back.
-            if norm_kind == "layer":
-                raise BackendError("backend 'cuda' has no layer_norm yet; LayerNorm heads run on 'cpu'")
+            # The device head's kernels are Q5_K: the table lists no other type for that route.
             self._device = self._impl.DeviceHead(self._weight, self._cols, norm, 1 if norm is not None else 0,
                                                  self._eps, self._scale, self._softcap, self._max_tokens)
         # Serialises the non-CPU paths (the device head holds one set of device buffers).
@@ -175,7 +187,8 @@ class Head:
         threads: Optional[int] = None,
         precision: Optional[str] = None,
     ) -> "Head":
-        """Load ``output.weight`` (Q5_K, memory-mapped), ``output_norm.weight``, the RMS epsilon,
+        """Load ``output.weight`` (or the tied ``token_embd.weight``; any weight type the backend
+        runs, memory-mapped: ``head.dtype`` names it), ``output_norm.weight``, the RMS epsilon,
         the logit scale and soft cap (llama.cpp's per-architecture semantics) and the EOG ids.
 
         ``path`` is a str, bytes or os.PathLike (anything else: :class:`lmtail.ParameterError`).
@@ -202,6 +215,8 @@ class Head:
             eog_ids=[i for i in spec.eog_ids if i < spec.rows],
             norm_kind="layer" if spec.norm_kind == "layer" else "rms",
             precision=precision,
+            # The head spec names the tensor's ggml type; a spec without one is the Q5_K-only loader.
+            dtype=getattr(spec, "dtype", "Q5_K"),
         )
         head.path = os.fspath(path)
         head.spec = spec
@@ -215,7 +230,7 @@ class Head:
 
     @property
     def cols(self) -> int:
-        """Hidden size: the length of each hidden row (a multiple of 256)."""
+        """Hidden size: the length of each hidden row (a multiple of the weight type's block)."""
         return self._cols
 
     @property
@@ -223,6 +238,16 @@ class Head:
         """End-of-generation token ids (sorted, unique; from the GGUF vocabulary or ``eog_ids=``),
         e.g. ``greedy(h, exclude=head.eog_ids)`` for ignore-eos."""
         return self._eog
+
+    @property
+    def dtype(self) -> str:
+        """The head matrix's ggml weight type, canonical name ("Q5_K", "Q8_0", "BF16", ...)."""
+        return self._type.name
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of head weights every call streams: ``rows * row_bytes`` of the weight type."""
+        return self._rows * self._type.row_bytes(self._cols)
 
     @property
     def backend(self) -> str:
@@ -241,7 +266,7 @@ class Head:
 
     @property
     def precision(self) -> str:
-        """Activation precision of the head matvec: "f32", "i24" or "i16" (see ``ops.matvec_q5_k``)."""
+        """Activation precision of the head matvec, resolved ("f32", "i24", "i16"; see ``ops.matvec``)."""
         return self._precision
 
     @property
@@ -256,7 +281,8 @@ class Head:
 
     @property
     def weight(self) -> np.ndarray:
-        """The Q5_K head matrix, (rows, cols/256*176) uint8: the caller's memory, not a copy."""
+        """The head matrix's GGUF bytes, (rows, row_bytes) uint8: the caller's memory, not a copy
+        (a float16 / uint16 / float32 weight is this byte view of it)."""
         return self._weight
 
     @property
@@ -378,7 +404,7 @@ class Head:
         else:  # no final norm: the caller's hidden state is already normalised
             normed = h2
         t1 = time.perf_counter()
-        impl.matvec_q5_k(self._weight, self._cols, normed, logits, th, "auto")
+        self._route.run_matvec(impl, self._type, self._weight, self._cols, normed, logits, th, "auto", self._precision)
         t2 = time.perf_counter()
         if not _all_finite(logits, th):
             raise NonFiniteLogitsError(f"logits before the soft cap: non-finite value at {_first_nonfinite(logits)}")
@@ -543,6 +569,7 @@ class Head:
 
     def __repr__(self) -> str:
         return (
-            f"Head(rows={self._rows}, cols={self._cols}, backend={self._backend!r}, logit_scale={self._scale}, "
+            f"Head(rows={self._rows}, cols={self._cols}, dtype={self._type.name!r}, backend={self._backend!r}, "
+            f"logit_scale={self._scale}, "
             f"softcap={self._softcap}, eps={self._eps}, norm={self._norm_kind if self._norm is not None or self._norm_kind == 'layer' else 'none'})"
         )

@@ -27,10 +27,10 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _backend, _core
-from ._validate import finite_float, float32_array, precision_arg, q5k_weight, threads_arg, token_ids
-from .errors import BackendError, NonFiniteLogitsError, ParameterError, ShapeError
+from ._validate import finite_float, float32_array, threads_arg, token_ids, weight_array
+from .errors import NonFiniteLogitsError, ParameterError, ShapeError
 
-__all__ = ["rms_norm", "layer_norm", "matvec_q5_k", "default_precision", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk"]
+__all__ = ["rms_norm", "layer_norm", "matvec", "matvec_q5_k", "default_precision", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk"]
 
 
 def _out_like(x: np.ndarray, out: Optional[np.ndarray], name: str = "out") -> np.ndarray:
@@ -45,9 +45,7 @@ def _out_like(x: np.ndarray, out: Optional[np.ndarray], name: str = "out") -> np
 
 def _norm(kind: str, x, gamma, eps, backend: str) -> np.ndarray:
     """Shared checks of the row norms; ``kind`` names the backend entry point."""
-    impl = _backend.get(backend)
-    if not hasattr(impl, kind):
-        raise BackendError(f"{kind} is not implemented on backend {backend!r}")
+    impl = _backend.require_op(kind, backend)
     x = float32_array(x, "x")
     x2 = x.reshape(-1, x.shape[-1])
     g = None
@@ -60,7 +58,7 @@ def _norm(kind: str, x, gamma, eps, backend: str) -> np.ndarray:
         raise ParameterError(f"eps: expected >= 0; found {eps}")
     out = np.empty_like(x2)
     getattr(impl, kind)(x2, g, out, eps)
-    if backend != "cpu" and not _core.all_finite(out, 0):
+    if _backend.row(backend).norm_poisons_overflow and not _core.all_finite(out, 0):
         # The device kernels poison a row whose mean of squares overflowed with NaN (the CPU
         # kernels and metal-emu's host code raise themselves): a finite input row with a
         # non-finite output is that overflow.
@@ -95,10 +93,62 @@ def layer_norm(x: np.ndarray, gamma: Optional[np.ndarray] = None, eps: float = 1
     return _norm("layer_norm", x, gamma, eps, backend)
 
 
-def default_precision(backend: str = "cpu") -> str:
-    """The matvec activation precision ``backend`` uses when none is given ("i24" on the CPU, "f32" elsewhere)."""
-    _backend.get(backend)
-    return precision_arg(None, backend)
+def default_precision(backend: str = "cpu", dtype="Q5_K") -> str:
+    """The matvec activation precision ``backend`` uses for weight type ``dtype`` when none is
+    given (Q5_K: "i24" on the CPU, "f32" elsewhere); see :func:`lmtail.capabilities`."""
+    return _backend.row(backend).matvec[_backend.weight_type(dtype, backend).name][0]
+
+
+def matvec(
+    weight: np.ndarray,
+    x: np.ndarray,
+    dtype,
+    *,
+    backend: str = "cpu",
+    threads: Optional[int] = None,
+    precision: Optional[str] = None,
+    isa: str = "auto",
+) -> np.ndarray:
+    """``dequantize(weight) @ x`` for a weight matrix of ggml type ``dtype`` and f32 ``x``.
+
+    ``dtype``: a ggml type name in any case ("Q6_K", "q8_0", "BF16") or its id (e.g. a
+    ``gguf.GGMLQuantizationType`` member). ``weight``: the raw GGUF bytes, uint8 (rows, row_bytes)
+    whose rows are contiguous bytes (a memory map or a slice of one works), used without a copy;
+    F16 also as float16 (rows, cols), BF16 as uint16 (rows, cols), F32 as float32 (rows, cols)
+    (viewed as their bytes, no copy). cols must be a multiple of the type's block (32 for
+    Q8_0/Q4_0, 256 for the K types, 1 for the floats). ``x``: (cols,) or (T, cols) float32.
+    Returns (rows,) or (T, rows) float32; the weights are read once for all T rows.
+
+    ``precision``: the activation precision (``lmtail.capabilities()[backend]["matvec"]["by_dtype"]``
+    lists what each type runs; None is that type's default there, whose normwise error against
+    float64 is <= 1e-6). For Q5_K on the CPU: "i24" (the default) carries each 256-block of x as
+    s*(a + b/255), a int16 and b uint8, summed exactly in integers (~2e-7 normwise); "f32" f32
+    arithmetic (~4e-7; every backend); "i16" the int16 piece alone (~2.7e-5, fastest). The bytes
+    are identical for every thread count and SIMD path (``isa`` forces one: "scalar", "avx2",
+    "avx512", "neon"; "auto" picks the best), and row t of a batch equals that row computed
+    alone. A non-finite x gives non-finite results in its row.
+
+    Errors: a name or id that is not a ggml type: :class:`lmtail.ParameterError`; a ggml type
+    (or precision) this backend does not run: :class:`lmtail.UnsupportedError` naming the
+    backends that do; a wrong array dtype or non-contiguous rows: :class:`lmtail.DTypeError`;
+    shapes, cols not a multiple of the block: :class:`lmtail.ShapeError`.
+    """
+    t = _backend.weight_type(dtype, backend, "matvec")
+    r = _backend.row(backend)
+    impl = _backend.get(backend)
+    prec = _backend.precision(precision, t, backend)
+    w, rows, cols = weight_array(weight, t, "weight")
+    x = float32_array(x, "x")
+    if x.shape[-1] != cols:
+        raise ShapeError(f"x: expected rows of length {cols} (the {t.name} weight's cols); found {x.shape}")
+    x2 = x.reshape(-1, cols)
+    threads = threads_arg(threads)
+    if r.matvec_view is not None:
+        out = r.matvec_view(impl, t, w, cols, x2, isa)
+        return out[0] if x.ndim == 1 else out
+    out = np.empty((x2.shape[0], rows), dtype=np.float32)
+    r.run_matvec(impl, t, w, cols, x2, out, threads, isa, prec)
+    return out[0] if x.ndim == 1 else out
 
 
 def matvec_q5_k(
@@ -110,42 +160,14 @@ def matvec_q5_k(
     isa: str = "auto",
     precision: Optional[str] = None,
 ) -> np.ndarray:
-    """``dequantize(w) @ x`` for Q5_K ``w`` (rows, cols/256*176) and f32 ``x`` (cols,) or (T, cols).
-
-    Returns (rows,) or (T, rows) float32. Weights are read once for all T rows. ``precision``:
-    "f32" keeps the activations f32 and the arithmetic f32 (normwise error ~4e-7; every backend);
-    "i24" (CPU, its default) carries each 256-block of x as s*(a + b/255) with a int16 and b
-    uint8, a 24-bit fixed point (step max|x|*2^-23), and sums both pieces exactly in integers:
-    ~2e-7 normwise, more accurate than "f32" and about twice as fast on x86; "i16" (CPU) keeps
-    the int16 piece alone (~2.7e-5, fastest); None is the backend's default.
-    Either way the bytes are identical for every thread count and SIMD path (``isa`` forces one:
-    "scalar", "avx2", "avx512", "neon"; "auto" picks the best), and row t of a batch equals
-    that row computed alone. A non-finite x gives non-finite logits in its row.
-    """
-    impl = _backend.get(backend)
-    prec = precision_arg(precision, backend)
-    w, rows, cols = q5k_weight(w, "w")
-    x = float32_array(x, "x")
-    if x.shape[-1] != cols:
-        raise ShapeError(f"x: expected rows of length {cols} (from w's {w.shape[1]} bytes per row); found {x.shape}")
-    x2 = x.reshape(-1, cols)
-    threads = threads_arg(threads)
-    if backend != "cpu" and x2.shape[0] > 0 and hasattr(impl, "matvec_q5_k_view"):
-        # Metal: the logits stay in the shared buffer they were computed in; the result is a
-        # numpy view of its contents (no copy out), which keeps the buffer alive.
-        out = impl.matvec_q5_k_view(w, cols, x2, isa)
-        return out[0] if x.ndim == 1 else out
-    out = np.empty((x2.shape[0], rows), dtype=np.float32)
-    if backend == "cpu":
-        impl.matvec_q5_k(w, cols, x2, out, threads, isa, prec)
-    else:
-        impl.matvec_q5_k(w, cols, x2, out, threads, isa)
-    return out[0] if x.ndim == 1 else out
+    """``matvec(w, x, "Q5_K", ...)``: Q5_K ``w`` (rows, cols/256*176) uint8 and f32 ``x`` (cols,)
+    or (T, cols); see :func:`matvec`."""
+    return matvec(w, x, "Q5_K", backend=backend, threads=threads, precision=precision, isa=isa)
 
 
 def scale(x: np.ndarray, s: float, *, out: Optional[np.ndarray] = None, threads: Optional[int] = None, backend: str = "cpu") -> np.ndarray:
     """``x * s`` elementwise (ggml_scale with zero bias: one rounding per element)."""
-    impl = _backend.get(backend)
+    impl = _backend.require_op("scale", backend)
     x = float32_array(x, "x")
     y = _out_like(x, out)
     impl.scale(y, finite_float(s, "s"), threads_arg(threads))
@@ -154,7 +176,7 @@ def scale(x: np.ndarray, s: float, *, out: Optional[np.ndarray] = None, threads:
 
 def tanh(x: np.ndarray, *, out: Optional[np.ndarray] = None, threads: Optional[int] = None, backend: str = "cpu") -> np.ndarray:
     """``tanh(x)`` elementwise with the platform libm's ``tanhf`` (as ggml's CPU backend)."""
-    impl = _backend.get(backend)
+    impl = _backend.require_op("tanh", backend)
     x = float32_array(x, "x")
     y = _out_like(x, out)
     impl.tanh(y, threads_arg(threads))
@@ -176,7 +198,7 @@ def softcap(
     ``four_pass=True`` runs the four barrier-separated nodes (x*s, x*(1/cap), tanh, x*cap);
     ``False`` the fused single pass. Identical bytes on the CPU.
     """
-    impl = _backend.get(backend)
+    impl = _backend.require_op("softcap", backend)
     x = float32_array(x, "x")
     s = finite_float(scale, "scale")
     c = finite_float(cap, "cap")
@@ -194,7 +216,7 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 def argmax(x: np.ndarray, *, threads: Optional[int] = None, backend: str = "cpu") -> Union[int, np.ndarray]:
     """Index of the maximum (lowest index among ties; NaN never wins). int for 1-D, uint32 per row for 2-D."""
-    impl = _backend.get(backend)
+    impl = _backend.require_op("argmax", backend)
     x = _rows(x)
     x2 = x.reshape(-1, x.shape[-1])
     out = np.empty(x2.shape[0], dtype=np.uint32)
@@ -206,7 +228,7 @@ def greedy_argmax(
     x: np.ndarray, exclude=None, *, threads: Optional[int] = None, backend: str = "cpu"
 ) -> Union[int, np.ndarray]:
     """Fail-closed greedy argmax with ``exclude`` (e.g. the EOG ids for ignore-eos) masked in the reduction only."""
-    impl = _backend.get(backend)
+    impl = _backend.require_op("greedy_argmax", backend)
     x = _rows(x)
     n = x.shape[-1]
     excl = token_ids(exclude, n, "exclude")
@@ -235,7 +257,7 @@ def check_greedy(out: np.ndarray, n: int, n_excluded: int) -> None:
 
 def topk(x: np.ndarray, k: int, *, threads: Optional[int] = None, backend: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
     """Top-k per row: (ids uint32, values float32), value descending, id ascending on ties."""
-    impl = _backend.get(backend)
+    impl = _backend.require_op("topk", backend)
     x = _rows(x)
     n = x.shape[-1]
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:

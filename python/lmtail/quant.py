@@ -1,4 +1,4 @@
-"""Q5_K quantisation, byte-identical to ggml's reference quantiser."""
+"""Quantisation to every weight type the CPU runs, byte-identical to ggml's reference quantisers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,67 @@ from typing import Optional
 import numpy as np
 
 from . import _core
-from ._validate import Q5K_BLOCK_BYTES, QK_K, threads_arg
+from . import _backend
+from ._validate import block_cols, threads_arg, weight_array
 from .errors import DTypeError, ParameterError, ShapeError
+
+
+def quantize(x: np.ndarray, dtype, *, threads: Optional[int] = None) -> np.ndarray:
+    """Quantise f32 ``x`` (rows, cols) to ggml type ``dtype``: the GGUF bytes, uint8 (rows, row_bytes).
+
+    ``dtype`` is a ggml type name in any case or id (see :func:`lmtail.ops.matvec`); cols must be
+    a multiple of the type's block. The bytes equal ggml's ``ggml_quantize_chunk`` without an
+    importance matrix (``quantize_row_*_ref``; F16/BF16 ggml's row conversions, F32 the floats
+    themselves), i.e. what ``llama-quantize`` writes without an imatrix. The result is what
+    :func:`lmtail.ops.matvec` and :class:`lmtail.Head` take with the same ``dtype``.
+
+    Non-finite weights raise :class:`~lmtail.errors.ParameterError` (nothing is returned): ggml
+    would write blocks that decode to inf/NaN (and for Q5_K also any block whose fp16 scales
+    overflow; see :func:`quantize_q5_k`). A type no backend runs raises
+    :class:`lmtail.UnsupportedError`.
+    """
+    t = _backend.weight_type(dtype, "cpu", "quantize")
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
+        raise DTypeError(f"x: expected a float32 numpy array; found {getattr(x, 'dtype', type(x).__name__)}")
+    if x.ndim != 2:
+        raise ShapeError(f"x: expected 2-D (rows, cols); found shape {x.shape}")
+    rows, cols = x.shape
+    block_cols(cols, t, "x")
+    x = np.ascontiguousarray(x)
+    if not np.isfinite(x).all():
+        r, c = np.argwhere(~np.isfinite(x))[0]
+        raise ParameterError(f"x: weights must be finite; found {x[r, c]} at ({r}, {c})")
+    out = np.empty((rows, t.row_bytes(cols)), dtype=np.uint8)
+    _core.quantize(t.id, x, out, threads_arg(threads))
+    return out
+
+
+def dequantize(weight: np.ndarray, dtype, cols: Optional[int] = None, *, threads: Optional[int] = None) -> np.ndarray:
+    """The f32 (rows, cols) matrix of ``weight`` of ggml type ``dtype``, bit-identical to ggml's
+    ``dequantize_row_*`` (and gguf-py's ``gguf.quants.dequantize``).
+
+    ``weight`` takes the forms :func:`lmtail.ops.matvec` takes (raw GGUF bytes, or the float
+    arrays of F16/BF16/F32). ``cols``, when given, must equal the cols the row bytes hold
+    (a check against reading a tensor with the wrong shape); None derives it.
+    """
+    t = _backend.weight_type(dtype, "cpu", "dequantize")
+    if isinstance(weight, np.ndarray) and weight.ndim == 2 and weight.shape[0] == 0:
+        # No rows: the shape checks of one row, on a stand-in row (weight_array wants >= 1 row).
+        _, _, wcols = weight_array(np.zeros((1,) + weight.shape[1:], weight.dtype), t, "weight")
+        return np.zeros((0, wcols if cols is None else int(cols)), np.float32)
+    if isinstance(weight, np.ndarray) and weight.ndim == 2 and weight.dtype.fields is None:
+        # The result is a new array anyway: a weight of any layout is read, packed first.
+        weight = np.ascontiguousarray(weight)
+    w, rows, wcols = weight_array(weight, t, "weight")
+    if cols is not None:
+        if isinstance(cols, bool) or not isinstance(cols, (int, np.integer)):
+            raise ParameterError(f"cols: expected an integer or None; found {cols!r}")
+        block_cols(int(cols), t, "cols")
+        if int(cols) != wcols:
+            raise ShapeError(f"weight: {w.shape[1]} bytes per row hold {wcols} {t.name} weights, not cols={int(cols)}")
+    out = np.empty((rows, wcols), dtype=np.float32)
+    _core.dequantize(t.id, w, out, threads_arg(threads))
+    return out
 
 
 def quantize_q5_k(w: np.ndarray, *, threads: Optional[int] = None) -> np.ndarray:
@@ -30,28 +89,13 @@ def quantize_q5_k(w: np.ndarray, *, threads: Optional[int] = None) -> np.ndarray
         raise DTypeError(f"w: expected a float32 numpy array; found {getattr(w, 'dtype', type(w).__name__)}")
     if w.ndim != 2:
         raise ShapeError(f"w: expected 2-D (rows, cols); found shape {w.shape}")
-    rows, cols = w.shape
-    if cols == 0 or cols % QK_K:
-        raise ShapeError(f"w: cols must be a positive multiple of {QK_K}; found {cols}")
-    w = np.ascontiguousarray(w)
-    if not np.isfinite(w).all():
-        r, c = np.argwhere(~np.isfinite(w))[0]
-        raise ParameterError(f"w: weights must be finite; found {w[r, c]} at ({r}, {c})")
-    out = np.empty((rows, cols // QK_K * Q5K_BLOCK_BYTES), dtype=np.uint8)
-    _core.quantize_q5_k(w, out, threads_arg(threads))
-    return out
+    if w.shape[1] == 0 or w.shape[1] % 256:
+        raise ShapeError(f"w: cols must be a positive multiple of 256 (Q5_K's block); found {w.shape[1]}")
+    return quantize(w, "Q5_K", threads=threads)
 
 
 def dequantize_q5_k(q: np.ndarray, *, threads: Optional[int] = None) -> np.ndarray:
     """Q5_K blocks (rows, nbytes) uint8 -> f32 (rows, nbytes/176*256), bit-identical to ggml/gguf-py."""
     if not isinstance(q, np.ndarray) or q.dtype != np.uint8:
         raise DTypeError(f"q: expected a uint8 numpy array of Q5_K blocks; found {getattr(q, 'dtype', type(q).__name__)}")
-    if q.ndim != 2:
-        raise ShapeError(f"q: expected 2-D (rows, row_bytes); found shape {q.shape}")
-    rows, nbytes = q.shape
-    if nbytes == 0 or nbytes % Q5K_BLOCK_BYTES:
-        raise ShapeError(f"q: row bytes must be a positive multiple of {Q5K_BLOCK_BYTES}; found {nbytes}")
-    q = np.ascontiguousarray(q)
-    out = np.empty((rows, nbytes // Q5K_BLOCK_BYTES * QK_K), dtype=np.float32)
-    _core.dequantize_q5_k(q, out, threads_arg(threads))
-    return out
+    return dequantize(q, "Q5_K", threads=threads)
