@@ -216,7 +216,7 @@ class Head:
             norm_kind="layer" if spec.norm_kind == "layer" else "rms",
             precision=precision,
             # The head spec names the tensor's ggml type; a spec without one is the Q5_K-only loader.
-            dtype=getattr(spec, "dtype", "Q5_K"),
+            dtype=spec.dtype,
         )
         head.path = os.fspath(path)
         head.spec = spec
