@@ -40,7 +40,10 @@ constexpr uint32_t precision_bit(Precision p) { return 1u << (int)p; }
 
 // One line per type the CPU runs.
 #define LMT_CPU_TYPES(X) \
-    X(Q5_K)
+    X(Q5_K) \
+    X(F32) \
+    X(F16) \
+    X(BF16)
 
 #define LMT_DECLARE_CPU_TYPE(NAME) extern const CpuTypeImpl kCpu##NAME;
 LMT_CPU_TYPES(LMT_DECLARE_CPU_TYPE)
