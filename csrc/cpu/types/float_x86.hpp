@@ -6,6 +6,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "cpu/types/float_common.hpp"
 
 namespace lmt::cpu {
@@ -60,51 +62,80 @@ static inline void rows_t1(const MatvecCall &c, int64_t r) {
     for (int k = 0; k < R; ++k) c.logits[r + k] = finish_row<L>(lo[k], hi[k], row[k], c.x, n16, c.cols);
 }
 
-// T > 1: one lane half (0: lanes 0-7, 1: lanes 8-15) at a time for R rows x TG activation rows,
-// R*TG accumulators; each widened weight vector feeds TG FMAs, each x load R FMAs.
-template <class L, int R, int TG>
-static inline void rows_tg(const MatvecCall &c, int64_t r, int64_t t0) {
-    const uint8_t *row[R];
-    const float *x[TG];
-    for (int k = 0; k < R; ++k) row[k] = c.w + (size_t)(r + k) * c.row_stride;
-    for (int t = 0; t < TG; ++t) x[t] = c.x + (t0 + t) * c.cols;
-    const int64_t n16 = c.cols & ~(int64_t)15;
-    __m256 part[2][R][TG];
-    for (int half = 0; half < 2; ++half) {
-        __m256 acc[R][TG];
-        for (int k = 0; k < R; ++k)
-            for (int t = 0; t < TG; ++t) acc[k][t] = _mm256_setzero_ps();
-        for (int64_t i = 8 * half; i < n16; i += 16) {
-            __m256 w[R];
-            for (int k = 0; k < R; ++k) w[k] = L::load8(row[k], i);
-            for (int t = 0; t < TG; ++t) {
-                const __m256 xv = _mm256_loadu_ps(x[t] + i);
-                for (int k = 0; k < R; ++k) acc[k][t] = _mm256_fmadd_ps(w[k], xv, acc[k][t]);
-            }
+// T > 1. FMA-bound (each weight feeds T FMAs), so everything the inner loop reads must come from
+// L1: columns are cut into chunks of kColChunk (x: 8 rows x 2 KB, weights: R x 1-2 KB), and per
+// chunk, lane half (0: lanes 0-7, 1: lanes 8-15) and group of TG activation rows, R*TG register
+// accumulators run over the chunk; between chunks they rest in `acc` (L1). Each widened weight
+// vector feeds TG FMAs, each x load R FMAs.
+constexpr int64_t kColChunk = 512;
+constexpr int kTBlock = 8;
+
+template <class L, int R, int TG, bool PF = false>
+static inline void chunk_tg(const uint8_t *const *row, const float *const *x, int64_t i0, int64_t i1,
+                            __m256 (*acc)[kTBlock], int t0) {
+    __m256 a[R][TG];
+    for (int k = 0; k < R; ++k)
+        for (int t = 0; t < TG; ++t) a[k][t] = acc[k][t0 + t];
+    for (int64_t i = i0; i < i1; i += 16) {
+        __m256 w[R];
+        for (int k = 0; k < R; ++k) w[k] = L::load8(row[k], i);
+        if constexpr (PF)  // the first pass over a chunk fetches the next one (the loop is FMA-bound: the
+                           // hardware prefetcher alone leaves it waiting on DRAM)
+            for (int k = 0; k < R; ++k)
+                _mm_prefetch(reinterpret_cast<const char *>(row[k]) + (i + kColChunk) * L::W::kBytes, _MM_HINT_T0);
+        for (int t = 0; t < TG; ++t) {
+            __m256 xv = _mm256_loadu_ps(x[t0 + t] + i);
+            // Keep x in a register: GCC otherwise folds the load into each of the R FMAs, and
+            // R*TG + R loads per R*TG FMAs make the loop load-bound.
+            __asm__("" : "+x"(xv));
+            for (int k = 0; k < R; ++k) a[k][t] = _mm256_fmadd_ps(w[k], xv, a[k][t]);
         }
-        for (int k = 0; k < R; ++k)
-            for (int t = 0; t < TG; ++t) part[half][k][t] = acc[k][t];
     }
     for (int k = 0; k < R; ++k)
-        for (int t = 0; t < TG; ++t)
-            c.logits[(t0 + t) * c.rows + r + k] = finish_row<L>(part[0][k][t], part[1][k][t], row[k], x[t], n16, c.cols);
+        for (int t = 0; t < TG; ++t) acc[k][t0 + t] = a[k][t];
 }
 
-// The last T % TGMAX activation rows: one rows_tg with TG = n (n < TGMAX).
+// Activation rows [t0, t0 + n) of the block (n < TG): one chunk_tg with TG = n.
 template <class L, int R, int TG>
-static inline void rows_tg_rest(const MatvecCall &c, int64_t r, int64_t t0, int64_t n) {
+static inline void chunk_rest(const uint8_t *const *row, const float *const *x, int64_t i0, int64_t i1,
+                              __m256 (*acc)[kTBlock], int t0, int n) {
     if constexpr (TG >= 1) {
-        if (n == TG) return rows_tg<L, R, TG>(c, r, t0);
-        rows_tg_rest<L, R, TG - 1>(c, r, t0, n);
+        if (n == TG) return chunk_tg<L, R, TG>(row, x, i0, i1, acc, t0);
+        chunk_rest<L, R, TG - 1>(row, x, i0, i1, acc, t0, n);
     }
 }
 
 template <class L, int R>
 static inline void rows_t(const MatvecCall &c, int64_t r) {
-    constexpr int TGMAX = 8 / R;  // R * TG <= 8 accumulators
-    int64_t t0 = 0;
-    for (; t0 + TGMAX <= c.T; t0 += TGMAX) rows_tg<L, R, TGMAX>(c, r, t0);
-    if (t0 < c.T) rows_tg_rest<L, R, TGMAX - 1>(c, r, t0, c.T - t0);
+    constexpr int TG = 4;  // R = 3: 12 accumulators (Zen 2 needs 10 chains: 2 pipes x 5-cycle FMA) + 3 w + x
+    const uint8_t *row[R];
+    for (int k = 0; k < R; ++k) row[k] = c.w + (size_t)(r + k) * c.row_stride;
+    const int64_t n16 = c.cols & ~(int64_t)15;
+    for (int64_t t0 = 0; t0 < c.T; t0 += kTBlock) {
+        const int nt = (int)std::min<int64_t>(kTBlock, c.T - t0);
+        const float *x[kTBlock];
+        for (int t = 0; t < nt; ++t) x[t] = c.x + (t0 + t) * c.cols;
+        __m256 acc[2][R][kTBlock];
+        for (int h = 0; h < 2; ++h)
+            for (int k = 0; k < R; ++k)
+                for (int t = 0; t < kTBlock; ++t) acc[h][k][t] = _mm256_setzero_ps();
+        for (int64_t i0 = 0; i0 < n16; i0 += kColChunk) {
+            const int64_t i1 = std::min(n16, i0 + kColChunk);
+            for (int h = 0; h < 2; ++h) {
+                int t = 0;
+                if (h == 0 && nt >= TG) {
+                    chunk_tg<L, R, TG, true>(row, x, i0, i1, acc[h], 0);
+                    t = TG;
+                }
+                for (; t + TG <= nt; t += TG)
+                    chunk_tg<L, R, TG>(row, x, i0 + 8 * h, i1, acc[h], t);
+                if (t < nt) chunk_rest<L, R, TG - 1>(row, x, i0 + 8 * h, i1, acc[h], t, nt - t);
+            }
+        }
+        for (int k = 0; k < R; ++k)
+            for (int t = 0; t < nt; ++t)
+                c.logits[(t0 + t) * c.rows + r + k] = finish_row<L>(acc[0][k][t], acc[1][k][t], row[k], x[t], n16, c.cols);
+    }
 }
 
 template <class L>
@@ -116,10 +147,11 @@ static void float_matvec_avx2(const MatvecCall &c, int64_t r0, int64_t r1) {
         for (; r < r1; ++r) rows_t1<L, 1>(c, r);
         return;
     }
-    constexpr int R = 2;
+    constexpr int R = 3;
     int64_t r = r0;
     for (; r + R <= r1; r += R) rows_t<L, R>(c, r);
-    for (; r < r1; ++r) rows_t<L, 1>(c, r);
+    if (r1 - r == 2) rows_t<L, 2>(c, r);
+    else if (r1 - r == 1) rows_t<L, 1>(c, r);
 }
 
 }  // namespace
