@@ -108,8 +108,9 @@ static void float_matvec_scalar(const MatvecCall &c, int64_t r0, int64_t r1) {
 
 using FloatKernel = void (*)(const MatvecCall &, int64_t, int64_t);
 
-// Rows per pool task: 64 rows of 6656 f16 weights = 852 KB, small enough to balance two threads.
-constexpr int64_t kFloatRowsPerTask = 64;
+// Rows per pool task: a multiple of the AVX2 row groups (4 at T = 1, 3 at T > 1) so no task ends
+// in a lone row; 72 rows of 6656 f16 weights = 958 KB, small enough to balance two threads.
+constexpr int64_t kFloatRowsPerTask = 72;
 
 // The row split shared by the three types: scalar or the ISA's kernel (avx2 also serves an
 // avx512 request: the bytes are the same by construction, and this type has no AVX-512 kernel).

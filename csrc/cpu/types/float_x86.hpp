@@ -63,11 +63,11 @@ static inline void rows_t1(const MatvecCall &c, int64_t r) {
 }
 
 // T > 1. FMA-bound (each weight feeds T FMAs), so everything the inner loop reads must come from
-// L1: columns are cut into chunks of kColChunk (x: 8 rows x 2 KB, weights: R x 1-2 KB), and per
+// L1: columns are cut into chunks of kColChunk (x: 8 rows x 1 KB, weights: R x 0.5-1 KB), and per
 // chunk, lane half (0: lanes 0-7, 1: lanes 8-15) and group of TG activation rows, R*TG register
 // accumulators run over the chunk; between chunks they rest in `acc` (L1). Each widened weight
 // vector feeds TG FMAs, each x load R FMAs.
-constexpr int64_t kColChunk = 512;
+constexpr int64_t kColChunk = 256;  // 128-1024 measured: 256 was among the best, with the prefetch
 constexpr int kTBlock = 8;
 
 template <class L, int R, int TG, bool PF = false>
