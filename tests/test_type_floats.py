@@ -70,8 +70,9 @@ def awkward_bits(n, seed=0):
     rng = np.random.default_rng(seed)
     r = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     half = rng.integers(0, 2**16, n, dtype=np.uint64).astype(np.uint32)
-    f16_mid = ((half & 0x7FFF).astype(np.uint32) << 13) + 0x1000  # exact ties in f16 ulps (normal)
-    f16_mid = np.where(((half >> 10) & 0x1F) == 0x1F, 0, f16_mid)
+    # f32 values exactly halfway between two f16 neighbours (normal range; exponent 0 / 31 give
+    # f16-subnormal-range and overflow-range inputs instead)
+    f16_mid = (((half & 0x7FFF) << 13) + (112 << 23)) | 0x1000
     edge = np.array([0x477FEFFF, 0x477FF000, 0x477FF001, 0x477FE000, 0x7F800000, 0xFF800000, 0x7FC00000,
                      0x7F800001, 0xFFFFFFFF, 0x7FBFFFFF, 0x00000001, 0x80000000, 0x33000000, 0x33000001,
                      0x337FFFFF, 0x33800000, 0x38800000, 0x387FFFFF, 0x387FE000, 0x387FF000, 0x7F7FFFFF,
