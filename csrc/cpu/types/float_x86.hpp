@@ -96,12 +96,12 @@ static inline void chunk_tg(const uint8_t *const *row, const float *const *x, in
 }
 
 // Activation rows [t0, t0 + n) of the block (n < TG): one chunk_tg with TG = n.
-template <class L, int R, int TG>
+template <class L, int R, int TG, bool PF = false>
 static inline void chunk_rest(const uint8_t *const *row, const float *const *x, int64_t i0, int64_t i1,
                               __m256 (*acc)[kTBlock], int t0, int n) {
     if constexpr (TG >= 1) {
-        if (n == TG) return chunk_tg<L, R, TG>(row, x, i0, i1, acc, t0);
-        chunk_rest<L, R, TG - 1>(row, x, i0, i1, acc, t0, n);
+        if (n == TG) return chunk_tg<L, R, TG, PF>(row, x, i0, i1, acc, t0);
+        chunk_rest<L, R, TG - 1, PF>(row, x, i0, i1, acc, t0, n);
     }
 }
 
@@ -123,9 +123,10 @@ static inline void rows_t(const MatvecCall &c, int64_t r) {
             const int64_t i1 = std::min(n16, i0 + kColChunk);
             for (int h = 0; h < 2; ++h) {
                 int t = 0;
-                if (h == 0 && nt >= TG) {
-                    chunk_tg<L, R, TG, true>(row, x, i0, i1, acc[h], 0);
-                    t = TG;
+                if (h == 0) {  // the prefetching pass
+                    t = std::min(nt, TG);
+                    if (t == TG) chunk_tg<L, R, TG, true>(row, x, i0, i1, acc[h], 0);
+                    else chunk_rest<L, R, TG - 1, true>(row, x, i0, i1, acc[h], 0, t);
                 }
                 for (; t + TG <= nt; t += TG)
                     chunk_tg<L, R, TG>(row, x, i0 + 8 * h, i1, acc[h], t);
