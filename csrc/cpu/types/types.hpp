@@ -40,11 +40,14 @@ constexpr uint32_t precision_bit(Precision p) { return 1u << (int)p; }
 
 // One line per type the CPU runs.
 #define LMT_CPU_TYPES(X) \
-    X(Q5_K) \
-    X(Q6_K) \
+    X(F32) \
+    X(F16) \
+    X(BF16) \
     X(Q4_0) \
     X(Q8_0) \
-    X(Q4_K)
+    X(Q4_K) \
+    X(Q5_K) \
+    X(Q6_K)
 
 #define LMT_DECLARE_CPU_TYPE(NAME) extern const CpuTypeImpl kCpu##NAME;
 LMT_CPU_TYPES(LMT_DECLARE_CPU_TYPE)

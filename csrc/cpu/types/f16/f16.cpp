@@ -1,0 +1,21 @@
+// F16 (ggml type 1): the type-table row. quantize is ggml_fp32_to_fp16 per weight
+// (f32_to_f16_ggml), dequantize and the matvec widen exactly (cpu/types/float_common.hpp).
+#include "cpu/types/float_common.hpp"
+
+namespace lmt::cpu {
+namespace {
+
+void f16_matvec(const MatvecCall &c) {
+#if defined(LMTAIL_HAVE_X86)
+    float_matvec_run(c, float_matvec_scalar<F16Weights>, matvec_f16_avx2);
+#else
+    float_matvec_run(c, float_matvec_scalar<F16Weights>, nullptr);
+#endif
+}
+
+}  // namespace
+
+const CpuTypeImpl kCpuF16{WeightType::F16, precision_bit(Precision::F32), Precision::F32, f16_matvec,
+                          float_quantize_16<f32_to_f16_ggml>, float_dequantize<F16Weights>};
+
+}  // namespace lmt::cpu
