@@ -352,3 +352,25 @@ def test_row_stride_wider_than_row(precision):
     for isa in ["scalar"] + [i for i in simd_isas() if lmtail._core.isa_available(i)]:
         got = matvec(view, cols, x, threads=2, isa=isa, precision=precision)
         assert np.array_equal(bits(got), bits(matvec(q, cols, x, isa=isa, precision=precision))), isa
+
+
+def test_neon_paths_equal_scalar_bytes_under_qemu(tmp_path):
+    """NEON F32 and I24 kernels against the scalar references (T = 1..11, a NaN row), cross-built
+    with the type's sources and run under qemu."""
+    import os
+    import shutil
+    import subprocess
+
+    cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
+    if not cxx or not qemu:
+        pytest.skip("aarch64-linux-gnu-g++ / qemu-aarch64 not installed (NEON parity not run)")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    d = os.path.join(root, "csrc", "cpu", "types", "q4_k")
+    srcs = [os.path.join(d, f) for f in ("q4_k.cpp", "q4_k_quantize.cpp", "q4_k_scalar.cpp", "q4_k_neon.cpp")]
+    srcs += [os.path.join(root, "csrc", "core", f) for f in ("thread_pool.cpp", "cpu_features.cpp")]
+    srcs.append(os.path.join(root, "tests", "cpp", "neon", "q4_k_parity.cc"))
+    exe = str(tmp_path / "q4k_neon_parity")
+    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1", "-I", os.path.join(root, "csrc"),
+                    "-I", os.path.join(root, "csrc", "include"), *srcs, "-o", exe, "-lpthread"], check=True)
+    r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -315,7 +315,7 @@ def test_neon_paths_equal_scalar_bytes_under_qemu(tmp_path):
     d = os.path.join(root, "csrc", "cpu", "types", "q6_k")
     exe = str(tmp_path / "q6k_neon_parity")
     subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-I", os.path.join(root, "csrc"),
-                    "-I", os.path.join(root, "csrc", "include"), os.path.join(d, "neon_parity.cc"),
+                    "-I", os.path.join(root, "csrc", "include"), os.path.join(root, "tests", "cpp", "neon", "q6_k_parity.cc"),
                     os.path.join(d, "q6_k_scalar.cpp"), os.path.join(d, "q6_k_neon.cpp"), "-o", exe], check=True)
     r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -63,10 +63,10 @@ int main() {
     } catch (const lmt::NonFiniteError &e) {
         std::printf("overflow refused %s\n", std::memcmp(kept.data(), logits.data(), rows * 4) == 0 ? "untouched" : "CHANGED");
     }
-    // Invalid construction: an unsupported weight type, a negative soft cap.
+    // Invalid construction: a weight type the CPU does not run (Q4_1), a negative soft cap.
     int refused = 0;
     try {
-        lmt::Head bad(q.data(), static_cast<lmt::WeightType>(12), rows, cols, q.size() / rows, opt);
+        lmt::Head bad(q.data(), static_cast<lmt::WeightType>(3), rows, cols, q.size() / rows, opt);
     } catch (const lmt::ArgumentError &) {
         ++refused;
     }
