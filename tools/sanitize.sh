@@ -6,7 +6,7 @@
 #    A planted race must be reported first, so a TSan that sees nothing cannot pass as clean.
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer: lmtail built with LMTAIL_SANITIZE=ON, and the
 #    kernel tests run against that build (the test-only emulator module too, sanitized).
-# Usage: tools/sanitize.sh [pytest args]   (default: kernels, head, quantiser, GGUF, metal-emu,
+# Usage: tools/sanitize.sh [pytest args]   (default: kernels of every weight type, head, quantisers, GGUF, metal-emu,
 # sampler API, grammar matcher, speculative, top-k route and Metal host-code tests; the oracle-dependent ones
 # skip in the private venv). LMTAIL_SANITIZE_SKIP=tsan or =asan skips one stage (while iterating).
 set -euo pipefail
@@ -47,7 +47,9 @@ if [ $# -eq 0 ]; then
          tests/test_quantize.py tests/test_gguf.py tests/test_metal_emu.py tests/test_metal_emu_hazards.py \
          tests/test_sampling_api.py tests/test_grammar_matcher.py tests/test_grammar_fuzz.py \
          tests/test_speculative.py tests/test_topk_route.py tests/test_metal_host.py tests/test_fuzz_corpus.py \
-         -m "not slow" -q -p no:cacheprovider
+         tests/test_type_q4_0.py tests/test_type_q8_0.py tests/test_type_q4_k.py tests/test_type_q6_k.py \
+         tests/test_type_floats.py tests/test_ops_matrix.py \
+         -m "not slow" -k "not qemu" -q -p no:cacheprovider
 fi
 # allocator_may_return_null: an impossible allocation returns NULL as glibc's malloc does (numpy
 # then raises MemoryError, which the tests expect to become lmtail.ResourceError) instead of aborting.

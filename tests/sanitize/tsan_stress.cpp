@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -73,8 +74,9 @@ struct Inputs {
     std::vector<uint32_t> excluded;
     std::vector<float> probs;                                  // 4 rows x 150000 probabilities
 
+    std::vector<float> wf = randn(rows * cols, 1, 0.05f);         // the weights before quantisation
+
     Inputs() {
-        std::vector<float> wf = randn(rows * cols, 1, 0.05f);
         w.resize((size_t)(rows * row_bytes));
         lmt::cpu::quantize_q5_k(wf.data(), w.data(), rows, cols, 1);
         scan_bad = scan;
@@ -105,6 +107,38 @@ std::vector<Case> make_cases(const Inputs &in) {
                           },
                           {}});
         }
+    // Every other weight type through the one typed entry: matvec at each precision its row
+    // lists, quantize and dequantize (weights quantised once, shared read-only by the cases).
+    for (const lmt::WeightTypeInfo &info : lmt::kWeightTypes) {
+        const lmt::WeightType t = info.type;
+        if (!type_supported(t) || t == lmt::WeightType::Q5_K) continue;
+        const int64_t rb = (int64_t)row_bytes(t, Inputs::cols);
+        auto w = std::make_shared<std::vector<uint8_t>>((size_t)(Inputs::rows * rb));
+        quantize(t, in.wf.data(), w->data(), Inputs::rows, Inputs::cols, 1);
+        for (int pi = 0; pi < 32; ++pi) {
+            if (!(type_precisions(t) & (1u << pi))) continue;
+            const Precision p = (Precision)pi;
+            for (int64_t T : {(int64_t)1, Inputs::T})
+                cs.push_back({std::string("matvec ") + info.name + " " + precision_name(p) + " T=" + std::to_string(T),
+                              [&in, w, t, rb, p, T](int nt) {
+                                  std::vector<float> y((size_t)(T * Inputs::rows));
+                                  matvec(t, w->data(), Inputs::rows, Inputs::cols, (size_t)rb, in.x.data(), T,
+                                         y.data(), nt, Isa::Auto, p);
+                                  return bytes_of(y);
+                              },
+                              {}});
+        }
+        cs.push_back({std::string("quantize ") + info.name, [&in, t, rb](int nt) {
+                          std::vector<uint8_t> q((size_t)(Inputs::rows * rb));
+                          quantize(t, in.wf.data(), q.data(), Inputs::rows, Inputs::cols, nt);
+                          return q;
+                      }, {}});
+        cs.push_back({std::string("dequantize ") + info.name, [w, t](int nt) {
+                          std::vector<float> y((size_t)(Inputs::rows * Inputs::cols));
+                          dequantize(t, w->data(), y.data(), Inputs::rows, Inputs::cols, nt);
+                          return bytes_of(y);
+                      }, {}});
+    }
     cs.push_back({"argmax", [&in](int nt) {
                       Bytes b;
                       append(b, argmax(in.big.data(), (int64_t)in.big.size(), nt));
