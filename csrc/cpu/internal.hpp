@@ -128,6 +128,8 @@ static inline int xi16_pos(int i) {  // position of weight i (0..255) in its blo
 //   logit = hsum8(acc)
 // The centring is free on x86: the unpack yields q - 16 as a signed byte (q5k_split_group<G, true>).
 // Measured (600 x 6656 quantised Gaussian weights, Gaussian x, 3 rows): see docs/DESIGN.md.
+// An activation row with an outlier block is not computed this way at all: the dispatch gives it
+// the type's F32 kernel (i24_row_needs_f32 below; Q5_K and Q4_K).
 // ---- I24 outlier fallback (per activation row) ---------------------------------------------
 // I24's representation step is absolute within a block: every element is held to ~max|x_b|/2^23,
 // so an element far below its block's max keeps few significant bits. With activation outliers
