@@ -244,3 +244,70 @@ def test_errors():
             for p in ("i16", "i24"):
                 with pytest.raises(lmtail.UnsupportedError):
                     lmtail.ops.matvec_q5_k(q, np.ones(256, np.float32), backend=backend, precision=p)
+
+
+# ---- i24 with activation outliers ----------------------------------------------------------
+# i24 holds x to ~max|x_block| * 2^-24 per element: with a few 100-1000x elements per block the
+# ordinary elements keep few significant bits, and weights large where x is ordinary (outlier
+# channels of W and x in different columns) reached 1.5e-5 normwise. Such rows take the f32
+# kernel (cpu/internal.hpp: i24_row_needs_f32); the decision reads only that row of x.
+SPIKE_RATIOS = [1, 10, 30, 100, 300, 1000, 10000]
+
+
+def spike_case(ratio, spiky_w, per_block, rows=96, cols=1024, T=3, seed=21):
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, cols)) * 0.02
+    if spiky_w:
+        w[:, ::97] *= 300.0
+    x = rng.standard_normal((T, cols))
+    # ~per_block spikes per 256-block, never on a spiky weight column (::97): the logits are then
+    # dominated by ordinary x elements, whose relative precision is what i24 loses.
+    x[:, 37 :: (256 if per_block == 1 else 61)] *= ratio
+    return lmtail.quantize_q5_k(w.astype(np.float32)), x.astype(np.float32)
+
+
+@pytest.mark.parametrize("per_block", [1, 4])
+@pytest.mark.parametrize("spiky_w", [False, True])
+@pytest.mark.parametrize("ratio", SPIKE_RATIOS)
+def test_i24_activation_spikes_normwise(ratio, spiky_w, per_block):
+    q, x = spike_case(ratio, spiky_w, per_block)
+    ref, _ = reference_matvec(q, x)
+    for precision in ("i24", None):  # None: the default precision
+        y = lmtail.ops.matvec_q5_k(q, x, precision=precision).astype(np.float64)
+        err = np.linalg.norm(y - ref, axis=1) / np.linalg.norm(ref, axis=1)
+        assert err.max() <= 1e-6, (precision, err)
+
+
+def mixed_spike_batch(cols=1024):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, cols))
+    x[1, ::61] *= 1e3
+    x[4, 300] *= 1e4  # one outlier in one block flags the row
+    return x.astype(np.float32)
+
+
+def test_i24_spiky_rows_take_f32_and_batch_stays_invariant():
+    q = q5k_matrix(130, 1024, seed=9)
+    x = mixed_spike_batch()
+    f32 = lmtail.ops.matvec_q5_k(q, x, precision="f32")
+    for threads in (1, 2):
+        got = lmtail.ops.matvec_q5_k(q, x, precision="i24", threads=threads)
+        for t in range(x.shape[0]):
+            one = lmtail.ops.matvec_q5_k(q, x[t], precision="i24", threads=threads)
+            assert np.array_equal(bits(got[t]), bits(one)), (threads, t)
+        assert np.array_equal(bits(got[[1, 4]]), bits(f32[[1, 4]]))  # the fallback rows
+        assert not np.array_equal(bits(got[0]), bits(f32[0]))  # ordinary rows keep i24
+    # Any subset / order of the batch gives each row the same bytes.
+    sub = lmtail.ops.matvec_q5_k(q, x[[4, 0, 1]], precision="i24")
+    assert np.array_equal(bits(sub), bits(got[[4, 0, 1]]))
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "neon"])
+def test_i24_mixed_spike_batch_simd_equals_scalar(isa):
+    if not lmtail._core.isa_available(isa):
+        pytest.skip(f"{isa} not available on this machine")
+    q = q5k_matrix(130, 1024, seed=9)
+    x = mixed_spike_batch()
+    ref = lmtail.ops.matvec_q5_k(q, x, precision="i24", isa="scalar")
+    got = lmtail.ops.matvec_q5_k(q, x, precision="i24", isa=isa, threads=2)
+    assert np.array_equal(bits(got), bits(ref))

@@ -128,6 +128,62 @@ static inline int xi16_pos(int i) {  // position of weight i (0..255) in its blo
 //   logit = hsum8(acc)
 // The centring is free on x86: the unpack yields q - 16 as a signed byte (q5k_split_group<G, true>).
 // Measured (600 x 6656 quantised Gaussian weights, Gaussian x, 3 rows): see docs/DESIGN.md.
+// An activation row with an outlier block is not computed this way at all: the dispatch gives it
+// the type's F32 kernel (i24_row_needs_f32 below; Q5_K and Q4_K).
+// ---- I24 outlier fallback (per activation row) ---------------------------------------------
+// I24's representation step is absolute within a block: every element is held to ~max|x_b|/2^23,
+// so an element far below its block's max keeps few significant bits. With activation outliers
+// (a few elements 100-1000x the rest) and weights that are large where x is ordinary (the usual
+// case: outlier channels of x and of W are different columns), the logit is dominated by
+// ordinary elements whose relative error is ~ (max|x_b| / |x_i|) * 2^-24: measured 2e-6 to 1.5e-5
+// normwise. The F32 precision has no such term (each product is exact inside its fma). So a row
+// with any block whose NONZERO elements have a median magnitude below max|x_b| / 8
+// (i24_row_needs_f32) is computed with the type's F32 kernel instead. No criterion on x alone can
+// bound the error for every W (a W that weights only x's tiniest elements defeats any of them), so
+// the threshold is measured: over Gaussian / uniform / Laplace / Student-t3 blocks with 1-16
+// outliers at 2-24x the median and 300x weight spikes, rows below max/median = 8 reached 7.7e-7
+// normwise (below 16: 1.0e-6, unbounded rows: 2.3e-5); the rest of I24's error (~3e-7 with spiky
+// weights) is the centring term C*X cancelling against L in f32. Exact zeros are represented
+// exactly and do not count. A Gaussian block has max/median ~ 4.5 (it needs a >5-sigma max to
+// trip), so Gaussian rows keep I24; Laplace-like blocks (max/median ~ 8-11) often do not. The decision reads only that row of x, so a row's logits stay a pure function of
+// (W, that row): thread-count and batch invariant, the same on every ISA. A non-finite block never
+// trips it (the I24 path already makes the row NaN).
+static inline bool i24_row_needs_f32(const float *xr, int64_t cols) {
+    for (int64_t b0 = 0; b0 < cols; b0 += 256) {
+        const float *xb = xr + b0;
+        float amax = 0.0f;
+        bool nonfinite = false;
+        for (int i = 0; i < 256; ++i) {
+            nonfinite |= is_nonfinite(xb[i]);
+            amax = std::fabs(xb[i]) > amax ? std::fabs(xb[i]) : amax;
+        }
+        if (nonfinite || amax == 0.0f) continue;
+        int nz = 0, small = 0;
+        for (int i = 0; i < 256; ++i) {
+            const float v = std::fabs(xb[i]);
+            nz += v != 0.0f;
+            small += v != 0.0f && v * 8.0f < amax;  // v * 8 is exact or +inf (then not small)
+        }
+        if (2 * small > nz) return true;
+    }
+    return false;
+}
+
+// Runs fn(x_sub, T_sub, logits_sub) on the activation rows `sel` of x (T, cols) -> logits (T,
+// rows): in place when sel is every row, else through gathered copies (xg, lg: caller scratch).
+template <class Fn>
+inline void for_row_subset(const int64_t *sel, int64_t n, const float *x, int64_t T, int64_t cols, float *logits,
+                           int64_t rows, float *xg, float *lg, Fn &&fn) {
+    if (n == 0) return;
+    if (n == T) {
+        fn(x, T, logits);
+        return;
+    }
+    for (int64_t k = 0; k < n; ++k) std::memcpy(xg + k * cols, x + sel[k] * cols, sizeof(float) * (size_t)cols);
+    fn(xg, n, lg);
+    for (int64_t k = 0; k < n; ++k) std::memcpy(logits + sel[k] * rows, lg + k * rows, sizeof(float) * (size_t)rows);
+}
+
 struct MatvecI16Args {
     const uint8_t *w;
     int64_t rows, cols;

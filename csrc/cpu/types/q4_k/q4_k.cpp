@@ -76,40 +76,17 @@ struct XI24Scratch {
     std::vector<int16_t> q;
     std::vector<uint8_t> r;
     std::vector<float> sum, dx, dxr;
+    std::vector<int64_t> sel_int, sel_f32;  // the activation rows per kernel
+    std::vector<float> xg, lg;              // gathered rows / their logits (mixed batches only)
 };
 
 // 64 rows per task (240 KB of weights at cols = 6656): large enough to amortise scheduling,
 // small enough that two threads finish close together.
 constexpr int64_t kRowsPerTask = 64;
 
-void q4_k_matvec(const MatvecCall &c) {
-    if (c.precision == Precision::I24) {
-        thread_local XI24Scratch xs;
-        const int64_t nb = c.cols / LMT_QK_K, n = c.T * c.cols;
-        if ((int64_t)xs.q.size() < n) xs.q.resize((size_t)n);
-        if ((int64_t)xs.r.size() < n) xs.r.resize((size_t)n);
-        if ((int64_t)xs.sum.size() < c.T * nb * 8) xs.sum.resize((size_t)(c.T * nb * 8));
-        if ((int64_t)xs.dx.size() < c.T * nb) xs.dx.resize((size_t)(c.T * nb));
-        if ((int64_t)xs.dxr.size() < c.T * nb) xs.dxr.resize((size_t)(c.T * nb));
-        prepare_x_i24(c.x, c.T, c.cols, xs.q.data(), xs.sum.data(), xs.dx.data(), xs.r.data(), xs.dxr.data());
-        MatvecI16Args a{c.w, c.rows, c.cols, c.row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), c.T, c.logits};
-        a.xr = xs.r.data();
-        a.dxr = xs.dxr.data();
-        void (*kernel)(const MatvecI16Args &, int64_t, int64_t) = matvec_q4_k_i24_scalar;
-        switch (c.isa) {
-#if defined(LMTAIL_HAVE_X86)
-            case Isa::Avx512: kernel = matvec_q4_k_i24_avx512; break;
-            case Isa::Avx2: kernel = matvec_q4_k_i24_avx2; break;
-#endif
-#if defined(LMTAIL_HAVE_NEON)
-            case Isa::Neon: kernel = matvec_q4_k_i24_neon; break;
-#endif
-            default: break;
-        }
-        for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
-        return;
-    }
-    const MatvecArgs a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
+// F32 over activation rows x (T, cols) -> logits (T, rows).
+void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
+    const MatvecArgs a{c.w, c.rows, c.cols, c.row_stride, x, T, logits};
     void (*kernel)(const MatvecArgs &, int64_t, int64_t) = matvec_q4_k_scalar;
     switch (c.isa) {
 #if defined(LMTAIL_HAVE_X86)
@@ -122,6 +99,52 @@ void q4_k_matvec(const MatvecCall &c) {
         default: break;
     }
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+}
+
+// I24 over activation rows x (T, cols) -> logits (T, rows).
+void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, float *logits) {
+    const int64_t nb = c.cols / LMT_QK_K, n = T * c.cols;
+    if ((int64_t)xs.q.size() < n) xs.q.resize((size_t)n);
+    if ((int64_t)xs.r.size() < n) xs.r.resize((size_t)n);
+    if ((int64_t)xs.sum.size() < T * nb * 8) xs.sum.resize((size_t)(T * nb * 8));
+    if ((int64_t)xs.dx.size() < T * nb) xs.dx.resize((size_t)(T * nb));
+    if ((int64_t)xs.dxr.size() < T * nb) xs.dxr.resize((size_t)(T * nb));
+    prepare_x_i24(x, T, c.cols, xs.q.data(), xs.sum.data(), xs.dx.data(), xs.r.data(), xs.dxr.data());
+    MatvecI16Args a{c.w, c.rows, c.cols, c.row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), T, logits};
+    a.xr = xs.r.data();
+    a.dxr = xs.dxr.data();
+    void (*kernel)(const MatvecI16Args &, int64_t, int64_t) = matvec_q4_k_i24_scalar;
+    switch (c.isa) {
+#if defined(LMTAIL_HAVE_X86)
+        case Isa::Avx512: kernel = matvec_q4_k_i24_avx512; break;
+        case Isa::Avx2: kernel = matvec_q4_k_i24_avx2; break;
+#endif
+#if defined(LMTAIL_HAVE_NEON)
+        case Isa::Neon: kernel = matvec_q4_k_i24_neon; break;
+#endif
+        default: break;
+    }
+    for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+}
+
+void q4_k_matvec(const MatvecCall &c) {
+    if (c.precision != Precision::I24) {
+        run_f32(c, c.x, c.T, c.logits);
+        return;
+    }
+    thread_local XI24Scratch xs;
+    // Rows with activation outliers take the F32 kernel (i24_row_needs_f32, cpu/internal.hpp).
+    xs.sel_int.clear();
+    xs.sel_f32.clear();
+    for (int64_t t = 0; t < c.T; ++t) (i24_row_needs_f32(c.x + t * c.cols, c.cols) ? xs.sel_f32 : xs.sel_int).push_back(t);
+    if (!xs.sel_f32.empty() && (int64_t)xs.sel_f32.size() < c.T) {
+        if ((int64_t)xs.xg.size() < c.T * c.cols) xs.xg.resize((size_t)(c.T * c.cols));
+        if ((int64_t)xs.lg.size() < c.T * c.rows) xs.lg.resize((size_t)(c.T * c.rows));
+    }
+    for_row_subset(xs.sel_int.data(), (int64_t)xs.sel_int.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
+                   xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_i24(c, xs, x, T, out); });
+    for_row_subset(xs.sel_f32.data(), (int64_t)xs.sel_f32.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
+                   xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_f32(c, x, T, out); });
 }
 
 }  // namespace

@@ -94,6 +94,8 @@ struct XI16Scratch {
     std::vector<float> dx;
     std::vector<uint8_t> r;    // I24
     std::vector<float> dxr;    // I24
+    std::vector<int64_t> sel_int, sel_f32;  // I24: the activation rows per kernel
+    std::vector<float> xg, lg;              // gathered rows / their logits (mixed batches only)
 };
 
 }  // namespace
@@ -118,18 +120,52 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     constexpr int64_t kRowsPerTask = 64;
     const int64_t n_tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
 
-    if (precision == Precision::I16 || precision == Precision::I24) {
-        thread_local XI16Scratch xs;
-        const bool res = precision == Precision::I24;
+    // F32 over activation rows x (Tn, cols) -> logits (Tn, rows).
+    auto run_f32 = [&](const float *xs_, int64_t Tn, float *out) {
+        const MatvecArgs a{w, rows, cols, row_stride, xs_, Tn, out};
+        void (*kernel)(const MatvecArgs &, int64_t, int64_t) = nullptr;
+        switch (resolved) {
+#if defined(LMTAIL_HAVE_X86)
+            case Isa::Avx512: kernel = matvec_q5_k_avx512; break;
+            case Isa::Avx2: kernel = matvec_q5_k_avx2; break;
+#endif
+#if defined(LMTAIL_HAVE_NEON)
+            case Isa::Neon: kernel = matvec_q5_k_neon; break;
+#endif
+            default: kernel = matvec_q5_k_scalar; break;
+        }
+        core::parallel_for(n_threads, n_tasks, [&](int64_t task) {
+            const int64_t r0 = task * kRowsPerTask;
+            kernel(a, r0, std::min(rows, r0 + kRowsPerTask));
+        });
+    };
+    if (precision == Precision::F32) {
+        run_f32(x, T, logits);
+        return;
+    }
+
+    thread_local XI16Scratch xs;
+    const bool res = precision == Precision::I24;
+    // I24: rows with activation outliers take the F32 kernel (i24_row_needs_f32, cpu/internal.hpp).
+    xs.sel_int.clear();
+    xs.sel_f32.clear();
+    for (int64_t t = 0; t < T; ++t)
+        (res && i24_row_needs_f32(x + t * cols, cols) ? xs.sel_f32 : xs.sel_int).push_back(t);
+    if (!xs.sel_f32.empty() && (int64_t)xs.sel_f32.size() < T) {
+        if ((int64_t)xs.xg.size() < T * cols) xs.xg.resize((size_t)(T * cols));
+        if ((int64_t)xs.lg.size() < T * rows) xs.lg.resize((size_t)(T * rows));
+    }
+    // The integer path over activation rows x (Tn, cols) -> logits (Tn, rows).
+    auto run_int = [&](const float *xs_, int64_t Tn, float *out) {
         const int64_t nb = cols / LMT_QK_K;
-        if ((int64_t)xs.q.size() < T * cols) xs.q.resize((size_t)(T * cols));
-        if ((int64_t)xs.sum.size() < T * nb * 8) xs.sum.resize((size_t)(T * nb * 8));
-        if ((int64_t)xs.dx.size() < T * nb) xs.dx.resize((size_t)(T * nb));
-        if (res && (int64_t)xs.r.size() < T * cols) xs.r.resize((size_t)(T * cols));
-        if (res && (int64_t)xs.dxr.size() < T * nb) xs.dxr.resize((size_t)(T * nb));
-        prepare_x_i16(x, T, cols, xs.q.data(), xs.sum.data(), xs.dx.data(), res ? xs.r.data() : nullptr,
+        if ((int64_t)xs.q.size() < Tn * cols) xs.q.resize((size_t)(Tn * cols));
+        if ((int64_t)xs.sum.size() < Tn * nb * 8) xs.sum.resize((size_t)(Tn * nb * 8));
+        if ((int64_t)xs.dx.size() < Tn * nb) xs.dx.resize((size_t)(Tn * nb));
+        if (res && (int64_t)xs.r.size() < Tn * cols) xs.r.resize((size_t)(Tn * cols));
+        if (res && (int64_t)xs.dxr.size() < Tn * nb) xs.dxr.resize((size_t)(Tn * nb));
+        prepare_x_i16(xs_, Tn, cols, xs.q.data(), xs.sum.data(), xs.dx.data(), res ? xs.r.data() : nullptr,
                       res ? xs.dxr.data() : nullptr);
-        MatvecI16Args a{w, rows, cols, row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), T, logits};
+        MatvecI16Args a{w, rows, cols, row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), Tn, out};
         if (res) {
             a.xr = xs.r.data();
             a.dxr = xs.dxr.data();
@@ -149,25 +185,11 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
             const int64_t r0 = task * kRowsPerTask;
             kernel(a, r0, std::min(rows, r0 + kRowsPerTask));
         });
-        return;
-    }
-
-    const MatvecArgs a{w, rows, cols, row_stride, x, T, logits};
-    void (*kernel)(const MatvecArgs &, int64_t, int64_t) = nullptr;
-    switch (resolved) {
-#if defined(LMTAIL_HAVE_X86)
-        case Isa::Avx512: kernel = matvec_q5_k_avx512; break;
-        case Isa::Avx2: kernel = matvec_q5_k_avx2; break;
-#endif
-#if defined(LMTAIL_HAVE_NEON)
-        case Isa::Neon: kernel = matvec_q5_k_neon; break;
-#endif
-        default: kernel = matvec_q5_k_scalar; break;
-    }
-    core::parallel_for(n_threads, n_tasks, [&](int64_t task) {
-        const int64_t r0 = task * kRowsPerTask;
-        kernel(a, r0, std::min(rows, r0 + kRowsPerTask));
-    });
+    };
+    for_row_subset(xs.sel_int.data(), (int64_t)xs.sel_int.size(), x, T, cols, logits, rows, xs.xg.data(),
+                   xs.lg.data(), run_int);
+    for_row_subset(xs.sel_f32.data(), (int64_t)xs.sel_f32.size(), x, T, cols, logits, rows, xs.xg.data(),
+                   xs.lg.data(), run_f32);
 }
 
 namespace {
