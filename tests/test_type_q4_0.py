@@ -279,3 +279,45 @@ def test_accuracy_tiny_and_huge_x(precision, scale):
     for isa in [i for i in SIMD if _core.isa_available(i)]:
         assert np.array_equal(bits(y), bits(matvec(q, cols, x, isa=isa, precision=precision)))
     assert np.array_equal(bits(y[1:]), bits(matvec(q, cols, x[1], precision=precision)))
+
+
+# ---- i24 with activation outliers (rows with an outlier 32-block take the f32 kernel) ---------
+@pytest.mark.parametrize("per_block", [1, 4])
+@pytest.mark.parametrize("spiky_w", [False, True])
+@pytest.mark.parametrize("ratio", [1, 10, 30, 100, 300, 1000, 10000])
+def test_i24_activation_spikes_normwise(ratio, spiky_w, per_block):
+    rng = np.random.default_rng(21)
+    rows, cols = 96, 1024
+    w = rng.standard_normal((rows, cols)) * 0.02
+    if spiky_w:
+        w[:, ::97] *= 300.0
+    x = rng.standard_normal((3, cols))
+    x[:, 5 :: (32 if per_block == 1 else 8)] *= ratio  # never on a spiky weight column
+    q = quantize(w.astype(np.float32))
+    x = x.astype(np.float32)
+    want = x.astype(np.float64) @ dequantize(q, cols).astype(np.float64).T
+    for precision in ("i24", "default"):
+        got = matvec(q, cols, x, precision=precision).astype(np.float64)
+        err = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
+        assert err.max() <= 1e-6, (precision, err)
+
+
+def test_i24_spiky_rows_take_f32_and_batch_stays_invariant():
+    rng = np.random.default_rng(5)
+    cols = 640
+    q = quantize((rng.standard_normal((130, cols)) * 0.02).astype(np.float32))
+    x = rng.standard_normal((6, cols))
+    x[1, ::7] *= 1e3
+    x[4, 300] *= 1e4  # one outlier in one 32-block flags the row
+    x = x.astype(np.float32)
+    f32 = matvec(q, cols, x, precision="f32")
+    for threads in (1, 2):
+        got = matvec(q, cols, x, threads=threads, precision="i24")
+        for t in range(x.shape[0]):
+            one = matvec(q, cols, x[t : t + 1], threads=threads, precision="i24")[0]
+            assert np.array_equal(bits(got[t]), bits(one)), (threads, t)
+        assert np.array_equal(bits(got[[1, 4]]), bits(f32[[1, 4]]))  # the fallback rows
+        assert not np.array_equal(bits(got[0]), bits(f32[0]))  # ordinary rows keep i24
+        if lmtail._core.isa_available("avx2"):
+            scalar = matvec(q, cols, x, threads=threads, isa="scalar", precision="i24")
+            assert np.array_equal(bits(got), bits(scalar))

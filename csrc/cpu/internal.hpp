@@ -129,7 +129,7 @@ static inline int xi16_pos(int i) {  // position of weight i (0..255) in its blo
 // The centring is free on x86: the unpack yields q - 16 as a signed byte (q5k_split_group<G, true>).
 // Measured (600 x 6656 quantised Gaussian weights, Gaussian x, 3 rows): see docs/DESIGN.md.
 // An activation row with an outlier block is not computed this way at all: the dispatch gives it
-// the type's F32 kernel (i24_row_needs_f32 below; Q5_K and Q4_K).
+// the type's F32 kernel (i24_row_needs_f32 below; Q5_K, Q4_K and, per 32-block, Q4_0).
 // ---- I24 outlier fallback (per activation row) ---------------------------------------------
 // I24's representation step is absolute within a block: every element is held to ~max|x_b|/2^23,
 // so an element far below its block's max keeps few significant bits. With activation outliers
@@ -148,18 +148,19 @@ static inline int xi16_pos(int i) {  // position of weight i (0..255) in its blo
 // trip), so Gaussian rows keep I24; Laplace-like blocks (max/median ~ 8-11) often do not. The decision reads only that row of x, so a row's logits stay a pure function of
 // (W, that row): thread-count and batch invariant, the same on every ISA. A non-finite block never
 // trips it (the I24 path already makes the row NaN).
-static inline bool i24_row_needs_f32(const float *xr, int64_t cols) {
-    for (int64_t b0 = 0; b0 < cols; b0 += 256) {
+// `block` is the activation block of the type's I24 format (256; Q4_0: 32); cols % block == 0.
+static inline bool i24_row_needs_f32(const float *xr, int64_t cols, int block = 256) {
+    for (int64_t b0 = 0; b0 < cols; b0 += block) {
         const float *xb = xr + b0;
         float amax = 0.0f;
         bool nonfinite = false;
-        for (int i = 0; i < 256; ++i) {
+        for (int i = 0; i < block; ++i) {
             nonfinite |= is_nonfinite(xb[i]);
             amax = std::fabs(xb[i]) > amax ? std::fabs(xb[i]) : amax;
         }
         if (nonfinite || amax == 0.0f) continue;
         int nz = 0, small = 0;
-        for (int i = 0; i < 256; ++i) {
+        for (int i = 0; i < block; ++i) {
             const float v = std::fabs(xb[i]);
             nz += v != 0.0f;
             small += v != 0.0f && v * 8.0f < amax;  // v * 8 is exact or +inf (then not small)

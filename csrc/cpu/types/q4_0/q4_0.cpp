@@ -241,31 +241,32 @@ struct I24Scratch {
     std::vector<uint8_t> r;
     std::vector<float> sr;
     std::vector<int> row_exp;
+    std::vector<int64_t> sel_int, sel_f32;  // activation rows per path (i24_row_needs_f32)
+    std::vector<float> xg, lg;              // gathered rows of a mixed batch
 };
 
-void matvec(const MatvecCall &c) {
-    if (c.precision == Precision::I24) {
-        thread_local I24Scratch xs;
-        const size_t n = (size_t)(c.T * c.cols);
-        if (xs.a.size() < n) xs.a.resize(n);
-        if (xs.r.size() < n) xs.r.resize(n);
-        if (xs.sr.size() < n / kQK) xs.sr.resize(n / kQK);
-        if (xs.row_exp.size() < (size_t)c.T) xs.row_exp.resize((size_t)c.T);
-        prepare_i24(c.x, c.T, c.cols, xs.a.data(), xs.r.data(), xs.sr.data(), xs.row_exp.data());
-        const I24Args a{c.w, c.rows, c.cols, c.row_stride, xs.a.data(), xs.r.data(), xs.sr.data(), c.T, c.logits};
-        void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
+void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, float *logits) {
+    const size_t n = (size_t)(T * c.cols);
+    if (xs.a.size() < n) xs.a.resize(n);
+    if (xs.r.size() < n) xs.r.resize(n);
+    if (xs.sr.size() < n / kQK) xs.sr.resize(n / kQK);
+    if (xs.row_exp.size() < (size_t)T) xs.row_exp.resize((size_t)T);
+    prepare_i24(x, T, c.cols, xs.a.data(), xs.r.data(), xs.sr.data(), xs.row_exp.data());
+    const I24Args a{c.w, c.rows, c.cols, c.row_stride, xs.a.data(), xs.r.data(), xs.sr.data(), T, logits};
+    void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
 #if defined(LMTAIL_HAVE_X86)
-        if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_i24_avx2;
+    if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_i24_avx2;
 #endif
-        for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
-        for (int64_t t = 0; t < c.T; ++t) {
-            if (xs.row_exp[t] == 0) continue;
-            const float undo = std::ldexp(1.0f, -xs.row_exp[t]);  // a power of two: exact scaling
-            for (int64_t r = 0; r < c.rows; ++r) c.logits[t * c.rows + r] *= undo;
-        }
-        return;
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+    for (int64_t t = 0; t < T; ++t) {
+        if (xs.row_exp[t] == 0) continue;
+        const float undo = std::ldexp(1.0f, -xs.row_exp[t]);  // a power of two: exact scaling
+        for (int64_t r = 0; r < c.rows; ++r) logits[t * c.rows + r] *= undo;
     }
-    const Args a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
+}
+
+void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
+    const Args a{c.w, c.rows, c.cols, c.row_stride, x, T, logits};
     void (*kernel)(const Args &, int64_t, int64_t) = matvec_scalar;
 #if defined(LMTAIL_HAVE_X86)
     // AVX-512 runs the AVX2 kernel: the same bytes, and Q4_0 at T = 1 is bound by the read.
@@ -273,6 +274,28 @@ void matvec(const MatvecCall &c) {
 #endif
     // 64 rows per task (~240 KB at cols = 6656): amortises scheduling, balances two threads.
     for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+}
+
+void matvec(const MatvecCall &c) {
+    if (c.precision != Precision::I24) {
+        run_f32(c, c.x, c.T, c.logits);
+        return;
+    }
+    thread_local I24Scratch xs;
+    // Rows with activation outliers take the F32 kernel (i24_row_needs_f32, cpu/internal.hpp),
+    // judged per 32-block, the block of Q4_0's I24 activations.
+    xs.sel_int.clear();
+    xs.sel_f32.clear();
+    for (int64_t t = 0; t < c.T; ++t)
+        (i24_row_needs_f32(c.x + t * c.cols, c.cols, (int)kQK) ? xs.sel_f32 : xs.sel_int).push_back(t);
+    if (!xs.sel_f32.empty() && (int64_t)xs.sel_f32.size() < c.T) {
+        if ((int64_t)xs.xg.size() < c.T * c.cols) xs.xg.resize((size_t)(c.T * c.cols));
+        if ((int64_t)xs.lg.size() < c.T * c.rows) xs.lg.resize((size_t)(c.T * c.rows));
+    }
+    for_row_subset(xs.sel_int.data(), (int64_t)xs.sel_int.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
+                   xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_i24(c, xs, x, T, out); });
+    for_row_subset(xs.sel_f32.data(), (int64_t)xs.sel_f32.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
+                   xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_f32(c, x, T, out); });
 }
 
 }  // namespace
