@@ -323,3 +323,83 @@ def test_exact_on_integer_data():
     x = rng.integers(-3, 4, (2, cols)).astype(np.float32)
     ref, _ = reference(q, cols, x)
     assert np.array_equal(matvec(q, cols, x), ref.astype(np.float32))
+
+
+# The NEON parity driver, cross-built with the type's scalar and neon sources (not part of the
+# library). Arbitrary blocks (q = -128, d of every exponent, NaN / inf d), awkward x (NaN, inf,
+# huge, subnormal, zero rows), T = 1..11, several shapes, rows split as the dispatch splits them
+# (tasks of 64) and a row stride wider than the row.
+_NEON_PARITY_CC = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/types/q8_0/q8_0.hpp"
+
+using namespace lmt::cpu;
+
+int main() {
+    std::mt19937_64 rng(1);
+    int failures = 0, checks = 0;
+    const int64_t shapes[][2] = {{1, 32}, {7, 96}, {33, 640}, {65, 896}, {3, 2880}};
+    for (const auto &sh : shapes) {
+        const int64_t rows = sh[0], cols = sh[1], nb = cols / 32;
+        const size_t rb = (size_t)nb * 34, stride = rb + 6;
+        std::vector<uint8_t> w(rows * stride);
+        for (auto &v : w) v = (uint8_t)rng();
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < nb; ++b) {  // finite d of any exponent, either sign; a few non-finite
+                uint16_t d = (uint16_t)(rng() % 0x7C00) | (uint16_t)((rng() & 1) << 15);
+                if (rng() % 97 == 0) d = (uint16_t)(0x7C00 | (rng() & 0x3FF));  // inf or NaN (signalling too)
+                std::memcpy(&w[r * stride + b * 34], &d, 2);
+            }
+        for (int64_t T = 1; T <= 11; ++T) {
+            std::vector<float> x(T * cols);
+            std::normal_distribution<float> g;
+            for (auto &v : x) v = g(rng);
+            if (T > 1) x[cols + 3] = (T & 1) ? NAN : INFINITY;
+            if (T > 2) for (int64_t i = 0; i < cols; ++i) x[2 * cols + i] *= 1e30f;
+            if (T > 3) for (int64_t i = 0; i < cols; ++i) x[3 * cols + i] *= 1e-41f;
+            if (T > 4) for (int64_t i = 0; i < cols; ++i) x[4 * cols + i] = 0.0f;
+            if (T > 5) x[5 * cols + cols - 1] = -INFINITY;
+            std::vector<float> ref(T * rows), got(T * rows);
+            MatvecArgs a{w.data(), rows, cols, stride, x.data(), T, ref.data()};
+            MatvecArgs b = a;
+            b.logits = got.data();
+            matvec_q8_0_scalar(a, 0, rows);
+            for (int64_t r0 = 0; r0 < rows; r0 += 64) matvec_q8_0_neon(b, r0, r0 + 64 < rows ? r0 + 64 : rows);
+            ++checks;
+            if (std::memcmp(ref.data(), got.data(), ref.size() * 4)) {
+                std::printf("f32 mismatch rows=%lld cols=%lld T=%lld\n", (long long)rows, (long long)cols, (long long)T);
+                ++failures;
+            }
+        }
+    }
+    std::printf("q8_0 neon parity: %d/%d checks equal\n", checks - failures, checks);
+    return failures ? 1 : 0;
+}
+"""
+
+
+def test_neon_path_equals_scalar_bytes_under_qemu(tmp_path):
+    """The NEON kernel against the scalar reference, cross-built for aarch64 and run under qemu
+    (this x86 machine cannot run NEON natively)."""
+    import os
+    import shutil
+    import subprocess
+
+    cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
+    if not cxx or not qemu:
+        pytest.skip("aarch64-linux-gnu-g++ / qemu-aarch64 not installed (NEON parity not run)")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    d = os.path.join(root, "csrc", "cpu", "types", "q8_0")
+    src, exe = tmp_path / "q8_0_neon_parity.cc", str(tmp_path / "q8_0_neon_parity")
+    src.write_text(_NEON_PARITY_CC)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-I", os.path.join(root, "csrc"),
+                    "-I", os.path.join(root, "csrc", "include"), str(src),
+                    os.path.join(d, "q8_0_scalar.cpp"), os.path.join(d, "q8_0_neon.cpp"), "-o", exe], check=True)
+    r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checks equal" in r.stdout, r.stdout

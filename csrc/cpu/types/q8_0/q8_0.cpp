@@ -163,6 +163,9 @@ void q8_0_matvec(const MatvecCall &c) {
     // AVX-512 machines run the AVX2 kernel: the same bytes by construction (no AVX-512 kernel yet).
     if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_q8_0_avx2;
 #endif
+#if defined(LMTAIL_HAVE_NEON)
+    if (c.isa == Isa::Neon) kernel = matvec_q8_0_neon;
+#endif
     // 64 rows per task: 64 * 34/32 * cols bytes (~450 KB at cols = 6656), enough to amortise
     // scheduling, small enough that the threads finish together.
     for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
