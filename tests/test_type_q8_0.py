@@ -325,18 +325,50 @@ def test_exact_on_integer_data():
     assert np.array_equal(matvec(q, cols, x), ref.astype(np.float32))
 
 
-# The NEON parity driver, cross-built with the type's scalar and neon sources (not part of the
-# library). Arbitrary blocks (q = -128, d of every exponent, NaN / inf d), awkward x (NaN, inf,
-# huge, subnormal, zero rows), T = 1..11, several shapes, rows split as the dispatch splits them
-# (tasks of 64) and a row stride wider than the row.
+
+@pytest.mark.parametrize("precision", ["default", "f32"])
+def test_nan_logits_are_the_default_quiet_nan(precision):
+    # Which NaN payload survives where two NaNs meet depends on the compiler's operand order, so
+    # the dispatch writes every NaN logit as 0x7FC00000: a NaN d with a payload, a NaN x of another
+    # payload, both together; every ISA the same bits, inf logits untouched.
+    rng = np.random.default_rng(21)
+    rows, cols = 6, 96
+    q = rng.integers(0, 256, size=(rows, cols // QK * BB), dtype=np.uint8)
+    d = q.reshape(rows, -1, BB)[:, :, :2].copy().view(np.uint16)
+    d[:] = 0x3C00  # 1.0
+    d[0, 1] = 0x7E01  # NaN with a payload
+    d[1, 2] = 0xFD55  # negative NaN, another payload
+    q.reshape(rows, -1, BB)[:, :, :2] = d.view(np.uint8)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    x[1, 40] = np.frombuffer(np.uint32(0x7FC12345).tobytes(), np.float32)[0]
+    x[2, 7] = np.frombuffer(np.uint32(0xFFC54321).tobytes(), np.float32)[0]
+    for isa in ["scalar"] + [i for i in ("avx2", "avx512", "neon") if _core.isa_available(i)]:
+        y = matvec(q, cols, x, isa=isa, precision=precision)
+        nan = np.isnan(y)
+        assert nan[:, :2].all() and nan[1:].all() and not nan[0, 2:].any(), isa
+        assert (y.view(np.uint32)[nan] == 0x7FC00000).all(), (isa, hex(int(y.view(np.uint32)[nan][0])))
+
+# The NEON parity driver, cross-built with the type's sources (q8_0.cpp's dispatch built with
+# LMTAIL_HAVE_NEON; a serial parallel_for stands in for the thread pool): the type row with
+# isa=scalar against isa=neon. Arbitrary blocks (q = -128, d of every exponent, NaN / inf d), awkward x (NaN, inf,
+# huge, subnormal, zero rows), T = 1..11, several shapes (65 rows: two tasks of the dispatch's 64)
+# and a row stride wider than the row.
 _NEON_PARITY_CC = r"""
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "cpu/types/q8_0/q8_0.hpp"
+#include "cpu/types/types.hpp"
+
+namespace lmt::core {
+void parallel_for(int, int64_t n_tasks, const std::function<void(int64_t)> &fn) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+}
+}  // namespace lmt::core
 
 using namespace lmt::cpu;
 
@@ -365,11 +397,11 @@ int main() {
             if (T > 4) for (int64_t i = 0; i < cols; ++i) x[4 * cols + i] = 0.0f;
             if (T > 5) x[5 * cols + cols - 1] = -INFINITY;
             std::vector<float> ref(T * rows), got(T * rows);
-            MatvecArgs a{w.data(), rows, cols, stride, x.data(), T, ref.data()};
-            MatvecArgs b = a;
-            b.logits = got.data();
-            matvec_q8_0_scalar(a, 0, rows);
-            for (int64_t r0 = 0; r0 < rows; r0 += 64) matvec_q8_0_neon(b, r0, r0 + 64 < rows ? r0 + 64 : rows);
+            MatvecCall c{w.data(), rows, cols, stride, x.data(), T, ref.data(), 1, Isa::Scalar, Precision::F32};
+            kCpuQ8_0.matvec(c);
+            c.logits = got.data();
+            c.isa = Isa::Neon;
+            kCpuQ8_0.matvec(c);
             ++checks;
             if (std::memcmp(ref.data(), got.data(), ref.size() * 4)) {
                 std::printf("f32 mismatch rows=%lld cols=%lld T=%lld\n", (long long)rows, (long long)cols, (long long)T);
@@ -397,9 +429,10 @@ def test_neon_path_equals_scalar_bytes_under_qemu(tmp_path):
     d = os.path.join(root, "csrc", "cpu", "types", "q8_0")
     src, exe = tmp_path / "q8_0_neon_parity.cc", str(tmp_path / "q8_0_neon_parity")
     src.write_text(_NEON_PARITY_CC)
-    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-I", os.path.join(root, "csrc"),
-                    "-I", os.path.join(root, "csrc", "include"), str(src),
-                    os.path.join(d, "q8_0_scalar.cpp"), os.path.join(d, "q8_0_neon.cpp"), "-o", exe], check=True)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1",
+                    "-I", os.path.join(root, "csrc"), "-I", os.path.join(root, "csrc", "include"), str(src),
+                    *(os.path.join(d, f) for f in ("q8_0.cpp", "q8_0_scalar.cpp", "q8_0_neon.cpp")), "-o", exe],
+                   check=True)
     r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "checks equal" in r.stdout, r.stdout
