@@ -321,3 +321,145 @@ def test_i24_spiky_rows_take_f32_and_batch_stays_invariant():
         if lmtail._core.isa_available("avx2"):
             scalar = matvec(q, cols, x, threads=threads, isa="scalar", precision="i24")
             assert np.array_equal(bits(got), bits(scalar))
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_nan_logits_are_the_default_quiet_nan(precision):
+    # Which NaN payload survives where two NaNs meet depends on the compiler's operand order, so
+    # the dispatch writes every NaN logit as 0x7FC00000: a NaN d with a payload, a NaN x of another
+    # payload, both together; every ISA the same bits, inf logits untouched.
+    rng = np.random.default_rng(21)
+    rows, cols = 6, 96
+    q = rng.integers(0, 256, size=(rows, cols // QK * BB), dtype=np.uint8)
+    d = q.reshape(rows, -1, BB)[:, :, :2].copy().view(np.uint16)
+    d[:] = 0x3C00  # 1.0
+    d[0, 1] = 0x7E01  # NaN with a payload
+    d[1, 2] = 0xFD55  # negative NaN, another payload
+    q.reshape(rows, -1, BB)[:, :, :2] = d.view(np.uint8)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    x[1, 40] = np.frombuffer(np.uint32(0x7FC12345).tobytes(), np.float32)[0]
+    x[2, 7] = np.frombuffer(np.uint32(0xFFC54321).tobytes(), np.float32)[0]
+    for isa in ["scalar"] + [i for i in SIMD if _core.isa_available(i)]:
+        y = matvec(q, cols, x, isa=isa, precision=precision)
+        nan = np.isnan(y)
+        assert nan[:, :2].all() and nan[1:].all() and not nan[0, 2:].any(), isa
+        assert (y.view(np.uint32)[nan] == 0x7FC00000).all(), (isa, hex(int(y.view(np.uint32)[nan][0])))
+
+# The NEON parity driver, cross-built with q4_0.cpp (the scalar references and the dispatch, built
+# with LMTAIL_HAVE_NEON) and q4_0_neon.cpp; a serial parallel_for stands in for the thread pool.
+# Checks, for T = 1..11 and several shapes (rows split in the dispatch's tasks of 64, a row stride
+# wider than the row): the whole type row (prepare_i24 included) isa=scalar vs isa=neon for F32 and
+# I24, on arbitrary blocks (d of every exponent, NaN / inf d) and awkward x (NaN, inf, huge, tiny,
+# zero rows); and the I24 kernels alone on random int16 a at +-32767, uint8 r at 0..255 and NaN sr.
+_NEON_PARITY_CC = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "cpu/types/q4_0/q4_0_kernels.hpp"
+
+namespace lmt::core {
+void parallel_for(int, int64_t n_tasks, const std::function<void(int64_t)> &fn) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+}
+}  // namespace lmt::core
+
+using namespace lmt::cpu;
+
+static int failures = 0, checks = 0;
+
+// The dispatch writes every NaN logit as the default quiet NaN (payloads depend on the compiler's
+// operand order); the direct kernel calls below get the same treatment before the comparison.
+static void canonical_nans(std::vector<float> &v) {
+    for (auto &f : v)
+        if (std::isnan(f)) f = NAN;
+}
+
+static void expect_equal(const std::vector<float> &a, const std::vector<float> &b, const char *what, int64_t rows,
+                         int64_t cols, int64_t T) {
+    ++checks;
+    if (std::memcmp(a.data(), b.data(), a.size() * 4)) {
+        std::printf("%s mismatch rows=%lld cols=%lld T=%lld\n", what, (long long)rows, (long long)cols, (long long)T);
+        ++failures;
+    }
+}
+
+int main() {
+    std::mt19937_64 rng(1);
+    const int64_t shapes[][2] = {{1, 32}, {7, 96}, {33, 640}, {65, 896}, {3, 2880}};
+    for (const auto &sh : shapes) {
+        const int64_t rows = sh[0], cols = sh[1], nb = cols / 32;
+        const size_t rb = (size_t)nb * 18, stride = rb + 6;
+        std::vector<uint8_t> w(rows * stride);
+        for (auto &v : w) v = (uint8_t)rng();
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < nb; ++b) {  // finite d of any exponent, either sign; a few non-finite
+                uint16_t d = (uint16_t)(rng() % 0x7C00) | (uint16_t)((rng() & 1) << 15);
+                if (rng() % 97 == 0) d = (uint16_t)(0x7C00 | (rng() & 0x3FF));
+                std::memcpy(&w[r * stride + b * 18], &d, 2);
+            }
+        for (int64_t T = 1; T <= 11; ++T) {
+            std::vector<float> x(T * cols);
+            std::normal_distribution<float> g;
+            for (auto &v : x) v = g(rng);
+            if (T > 1) x[cols + 3] = (T & 1) ? NAN : INFINITY;
+            if (T > 2) for (int64_t i = 0; i < cols; ++i) x[2 * cols + i] *= 1e30f;
+            if (T > 3) for (int64_t i = 0; i < cols; ++i) x[3 * cols + i] *= 1e-41f;
+            if (T > 4) for (int64_t i = 0; i < cols; ++i) x[4 * cols + i] = 0.0f;
+            if (T > 5) x[5 * cols + cols - 1] = -INFINITY;
+            if (T > 6) for (int64_t i = 0; i < cols; ++i) x[6 * cols + i] *= 1e-25f;  // prepare_i24's row scaling
+            std::vector<float> ref(T * rows), got(T * rows);
+            for (Precision p : {Precision::F32, Precision::I24}) {
+                MatvecCall c{w.data(), rows, cols, stride, x.data(), T, ref.data(), 1, Isa::Scalar, p};
+                kCpuQ4_0.matvec(c);
+                c.logits = got.data();
+                c.isa = Isa::Neon;
+                kCpuQ4_0.matvec(c);
+                expect_equal(ref, got, p == Precision::F32 ? "f32" : "i24", rows, cols, T);
+            }
+            // The I24 kernels on activations at their bounds.
+            std::vector<int16_t> xa(T * cols);
+            std::vector<uint8_t> xr(T * cols);
+            std::vector<float> sr(T * nb);
+            for (auto &v : xa) v = (rng() % 4 == 0) ? ((rng() & 1) ? 32767 : -32767) : (int16_t)((int)(rng() % 65535) - 32767);
+            for (auto &v : xr) v = (rng() % 4 == 0) ? 255 : (uint8_t)rng();
+            for (int64_t i = 0; i < T * nb; ++i) sr[i] = (i == 1) ? NAN : std::ldexp(1.0f, -(int)(rng() % 60)) * 1.37f;
+            const q4_0::I24Args a{w.data(), rows, cols, stride, xa.data(), xr.data(), sr.data(), T, ref.data()};
+            q4_0::I24Args b = a;
+            b.logits = got.data();
+            q4_0::matvec_i24_scalar(a, 0, rows);
+            for (int64_t r0 = 0; r0 < rows; r0 += 64) q4_0::matvec_i24_neon(b, r0, r0 + 64 < rows ? r0 + 64 : rows);
+            canonical_nans(ref);
+            canonical_nans(got);
+            expect_equal(ref, got, "i24 kernel", rows, cols, T);
+        }
+    }
+    std::printf("q4_0 neon parity: %d/%d checks equal\n", checks - failures, checks);
+    return failures ? 1 : 0;
+}
+"""
+
+
+def test_neon_paths_equal_scalar_bytes_under_qemu(tmp_path):
+    """The NEON F32 and I24 kernels (and their dispatch) against the scalar references,
+    cross-built for aarch64 and run under qemu (this x86 machine cannot run NEON natively)."""
+    import os
+    import shutil
+    import subprocess
+
+    cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
+    if not cxx or not qemu:
+        pytest.skip("aarch64-linux-gnu-g++ / qemu-aarch64 not installed (NEON parity not run)")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    d = os.path.join(root, "csrc", "cpu", "types", "q4_0")
+    src, exe = tmp_path / "q4_0_neon_parity.cc", str(tmp_path / "q4_0_neon_parity")
+    src.write_text(_NEON_PARITY_CC)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1",
+                    "-I", os.path.join(root, "csrc"), "-I", os.path.join(root, "csrc", "include"), str(src),
+                    os.path.join(d, "q4_0.cpp"), os.path.join(d, "q4_0_neon.cpp"), "-o", exe], check=True)
+    r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checks equal" in r.stdout, r.stdout

@@ -323,3 +323,116 @@ def test_exact_on_integer_data():
     x = rng.integers(-3, 4, (2, cols)).astype(np.float32)
     ref, _ = reference(q, cols, x)
     assert np.array_equal(matvec(q, cols, x), ref.astype(np.float32))
+
+
+
+@pytest.mark.parametrize("precision", ["default", "f32"])
+def test_nan_logits_are_the_default_quiet_nan(precision):
+    # Which NaN payload survives where two NaNs meet depends on the compiler's operand order, so
+    # the dispatch writes every NaN logit as 0x7FC00000: a NaN d with a payload, a NaN x of another
+    # payload, both together; every ISA the same bits, inf logits untouched.
+    rng = np.random.default_rng(21)
+    rows, cols = 6, 96
+    q = rng.integers(0, 256, size=(rows, cols // QK * BB), dtype=np.uint8)
+    d = q.reshape(rows, -1, BB)[:, :, :2].copy().view(np.uint16)
+    d[:] = 0x3C00  # 1.0
+    d[0, 1] = 0x7E01  # NaN with a payload
+    d[1, 2] = 0xFD55  # negative NaN, another payload
+    q.reshape(rows, -1, BB)[:, :, :2] = d.view(np.uint8)
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    x[1, 40] = np.frombuffer(np.uint32(0x7FC12345).tobytes(), np.float32)[0]
+    x[2, 7] = np.frombuffer(np.uint32(0xFFC54321).tobytes(), np.float32)[0]
+    for isa in ["scalar"] + [i for i in ("avx2", "avx512", "neon") if _core.isa_available(i)]:
+        y = matvec(q, cols, x, isa=isa, precision=precision)
+        nan = np.isnan(y)
+        assert nan[:, :2].all() and nan[1:].all() and not nan[0, 2:].any(), isa
+        assert (y.view(np.uint32)[nan] == 0x7FC00000).all(), (isa, hex(int(y.view(np.uint32)[nan][0])))
+
+# The NEON parity driver, cross-built with the type's sources (q8_0.cpp's dispatch built with
+# LMTAIL_HAVE_NEON; a serial parallel_for stands in for the thread pool): the type row with
+# isa=scalar against isa=neon. Arbitrary blocks (q = -128, d of every exponent, NaN / inf d), awkward x (NaN, inf,
+# huge, subnormal, zero rows), T = 1..11, several shapes (65 rows: two tasks of the dispatch's 64)
+# and a row stride wider than the row.
+_NEON_PARITY_CC = r"""
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "cpu/types/q8_0/q8_0.hpp"
+#include "cpu/types/types.hpp"
+
+namespace lmt::core {
+void parallel_for(int, int64_t n_tasks, const std::function<void(int64_t)> &fn) {
+    for (int64_t i = 0; i < n_tasks; ++i) fn(i);
+}
+}  // namespace lmt::core
+
+using namespace lmt::cpu;
+
+int main() {
+    std::mt19937_64 rng(1);
+    int failures = 0, checks = 0;
+    const int64_t shapes[][2] = {{1, 32}, {7, 96}, {33, 640}, {65, 896}, {3, 2880}};
+    for (const auto &sh : shapes) {
+        const int64_t rows = sh[0], cols = sh[1], nb = cols / 32;
+        const size_t rb = (size_t)nb * 34, stride = rb + 6;
+        std::vector<uint8_t> w(rows * stride);
+        for (auto &v : w) v = (uint8_t)rng();
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t b = 0; b < nb; ++b) {  // finite d of any exponent, either sign; a few non-finite
+                uint16_t d = (uint16_t)(rng() % 0x7C00) | (uint16_t)((rng() & 1) << 15);
+                if (rng() % 97 == 0) d = (uint16_t)(0x7C00 | (rng() & 0x3FF));  // inf or NaN (signalling too)
+                std::memcpy(&w[r * stride + b * 34], &d, 2);
+            }
+        for (int64_t T = 1; T <= 11; ++T) {
+            std::vector<float> x(T * cols);
+            std::normal_distribution<float> g;
+            for (auto &v : x) v = g(rng);
+            if (T > 1) x[cols + 3] = (T & 1) ? NAN : INFINITY;
+            if (T > 2) for (int64_t i = 0; i < cols; ++i) x[2 * cols + i] *= 1e30f;
+            if (T > 3) for (int64_t i = 0; i < cols; ++i) x[3 * cols + i] *= 1e-41f;
+            if (T > 4) for (int64_t i = 0; i < cols; ++i) x[4 * cols + i] = 0.0f;
+            if (T > 5) x[5 * cols + cols - 1] = -INFINITY;
+            std::vector<float> ref(T * rows), got(T * rows);
+            MatvecCall c{w.data(), rows, cols, stride, x.data(), T, ref.data(), 1, Isa::Scalar, Precision::F32};
+            kCpuQ8_0.matvec(c);
+            c.logits = got.data();
+            c.isa = Isa::Neon;
+            kCpuQ8_0.matvec(c);
+            ++checks;
+            if (std::memcmp(ref.data(), got.data(), ref.size() * 4)) {
+                std::printf("f32 mismatch rows=%lld cols=%lld T=%lld\n", (long long)rows, (long long)cols, (long long)T);
+                ++failures;
+            }
+        }
+    }
+    std::printf("q8_0 neon parity: %d/%d checks equal\n", checks - failures, checks);
+    return failures ? 1 : 0;
+}
+"""
+
+
+def test_neon_path_equals_scalar_bytes_under_qemu(tmp_path):
+    """The NEON kernel against the scalar reference, cross-built for aarch64 and run under qemu
+    (this x86 machine cannot run NEON natively)."""
+    import os
+    import shutil
+    import subprocess
+
+    cxx, qemu = shutil.which("aarch64-linux-gnu-g++"), shutil.which("qemu-aarch64")
+    if not cxx or not qemu:
+        pytest.skip("aarch64-linux-gnu-g++ / qemu-aarch64 not installed (NEON parity not run)")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    d = os.path.join(root, "csrc", "cpu", "types", "q8_0")
+    src, exe = tmp_path / "q8_0_neon_parity.cc", str(tmp_path / "q8_0_neon_parity")
+    src.write_text(_NEON_PARITY_CC)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1",
+                    "-I", os.path.join(root, "csrc"), "-I", os.path.join(root, "csrc", "include"), str(src),
+                    *(os.path.join(d, f) for f in ("q8_0.cpp", "q8_0_scalar.cpp", "q8_0_neon.cpp")), "-o", exe],
+                   check=True)
+    r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "checks equal" in r.stdout, r.stdout

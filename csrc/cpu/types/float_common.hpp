@@ -114,10 +114,23 @@ constexpr int64_t kFloatRowsPerTask = 72;
 
 // The row split shared by the three types: scalar or the ISA's kernel (avx2 also serves an
 // avx512 request: the bytes are the same by construction, and this type has no AVX-512 kernel).
-static inline void float_matvec_run(const MatvecCall &c, FloatKernel scalar, FloatKernel avx2) {
+static inline void float_matvec_run(const MatvecCall &c, FloatKernel scalar, FloatKernel simd) {
     FloatKernel k = scalar;
-    if ((c.isa == Isa::Avx2 || c.isa == Isa::Avx512) && avx2) k = avx2;
-    for_row_tasks(c.n_threads, c.rows, kFloatRowsPerTask, [&](int64_t r0, int64_t r1) { k(c, r0, r1); });
+    if ((c.isa == Isa::Avx2 || c.isa == Isa::Avx512 || c.isa == Isa::Neon) && simd) k = simd;
+    for_row_tasks(c.n_threads, c.rows, kFloatRowsPerTask, [&](int64_t r0, int64_t r1) {
+        k(c, r0, r1);
+        // NaN payloads are not part of the canonical expression: where two NaNs meet (two NaN
+        // weights, a NaN weight and a NaN x), which payload survives depends on the operand order
+        // the compiler picked for a commutative multiply or add, in the scalar reference as in the
+        // SIMD kernels. Every NaN logit is written as the default quiet NaN, so the bytes agree on
+        // every ISA and compiler; non-finite stays non-finite.
+        const uint32_t qnan = 0x7FC00000u;
+        for (int64_t t = 0; t < c.T; ++t)
+            for (int64_t r = r0; r < r1; ++r) {
+                float *p = c.logits + t * c.rows + r;
+                if ((f32_bits(*p) & 0x7FFFFFFFu) > 0x7F800000u) std::memcpy(p, &qnan, 4);
+            }
+    });
 }
 
 template <uint16_t (*Conv)(float)>
@@ -142,6 +155,11 @@ static void float_dequantize(const uint8_t *src, float *dst, int64_t rows, int64
 void matvec_f32_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_f16_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_bf16_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
+#endif
+#if defined(LMTAIL_HAVE_NEON)
+void matvec_f32_neon(const MatvecCall &c, int64_t r0, int64_t r1);
+void matvec_f16_neon(const MatvecCall &c, int64_t r0, int64_t r1);
+void matvec_bf16_neon(const MatvecCall &c, int64_t r0, int64_t r1);
 #endif
 
 }  // namespace lmt::cpu

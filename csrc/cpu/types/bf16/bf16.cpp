@@ -8,6 +8,8 @@ namespace {
 void bf16_matvec(const MatvecCall &c) {
 #if defined(LMTAIL_HAVE_X86)
     float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_avx2);
+#elif defined(LMTAIL_HAVE_NEON)
+    float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_neon);
 #else
     float_matvec_run(c, float_matvec_scalar<BF16Weights>, nullptr);
 #endif

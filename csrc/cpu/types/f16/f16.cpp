@@ -8,6 +8,8 @@ namespace {
 void f16_matvec(const MatvecCall &c) {
 #if defined(LMTAIL_HAVE_X86)
     float_matvec_run(c, float_matvec_scalar<F16Weights>, matvec_f16_avx2);
+#elif defined(LMTAIL_HAVE_NEON)
+    float_matvec_run(c, float_matvec_scalar<F16Weights>, matvec_f16_neon);
 #else
     float_matvec_run(c, float_matvec_scalar<F16Weights>, nullptr);
 #endif

@@ -14,6 +14,8 @@ void f32_quantize(const float *src, uint8_t *dst, int64_t rows, int64_t cols, in
 void f32_matvec(const MatvecCall &c) {
 #if defined(LMTAIL_HAVE_X86)
     float_matvec_run(c, float_matvec_scalar<F32Weights>, matvec_f32_avx2);
+#elif defined(LMTAIL_HAVE_NEON)
+    float_matvec_run(c, float_matvec_scalar<F32Weights>, matvec_f32_neon);
 #else
     float_matvec_run(c, float_matvec_scalar<F32Weights>, nullptr);
 #endif

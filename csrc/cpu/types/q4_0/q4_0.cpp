@@ -236,6 +236,21 @@ void prepare_i24(const float *x, int64_t T, int64_t cols, int16_t *xa, uint8_t *
     }
 }
 
+// NaN payloads are not part of the canonical expression: where two NaNs meet in one logit (a NaN
+// d and a NaN x, say), which payload survives depends on the operand order the compiler picked for
+// a commutative multiply or add, in the scalar reference as in the SIMD kernels (GCC for aarch64
+// swaps some). Every NaN logit is therefore written as the default quiet NaN, so the bytes agree
+// on every ISA and compiler; non-finite stays non-finite. Rows [r0, r1) of every activation row.
+static void canonical_nans(float *logits, int64_t rows, int64_t T, int64_t r0, int64_t r1) {
+    const uint32_t qnan = 0x7FC00000u;
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = r0; r < r1; ++r) {
+            float *p = logits + t * rows + r;
+            const uint32_t u = f32_bits(*p);
+            if ((u & 0x7FFFFFFFu) > 0x7F800000u) std::memcpy(p, &qnan, 4);
+        }
+}
+
 struct I24Scratch {
     std::vector<int16_t> a;
     std::vector<uint8_t> r;
@@ -257,7 +272,13 @@ void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, flo
 #if defined(LMTAIL_HAVE_X86)
     if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_i24_avx2;
 #endif
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+#if defined(LMTAIL_HAVE_NEON)
+    if (c.isa == Isa::Neon) kernel = matvec_i24_neon;
+#endif
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
+        kernel(a, r0, r1);
+        canonical_nans(logits, c.rows, T, r0, r1);
+    });
     for (int64_t t = 0; t < T; ++t) {
         if (xs.row_exp[t] == 0) continue;
         const float undo = std::ldexp(1.0f, -xs.row_exp[t]);  // a power of two: exact scaling
@@ -272,8 +293,14 @@ void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
     // AVX-512 runs the AVX2 kernel: the same bytes, and Q4_0 at T = 1 is bound by the read.
     if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_avx2;
 #endif
+#if defined(LMTAIL_HAVE_NEON)
+    if (c.isa == Isa::Neon) kernel = matvec_neon;
+#endif
     // 64 rows per task (~240 KB at cols = 6656): amortises scheduling, balances two threads.
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
+        kernel(a, r0, r1);
+        canonical_nans(logits, c.rows, T, r0, r1);
+    });
 }
 
 void matvec(const MatvecCall &c) {

@@ -26,6 +26,7 @@ struct Args {
 
 void matvec_scalar(const Args &a, int64_t r0, int64_t r1);
 void matvec_avx2(const Args &a, int64_t r0, int64_t r1);
+void matvec_neon(const Args &a, int64_t r0, int64_t r1);
 
 // ---- Precision::I24 (the default): 24-bit block fixed-point activations -----------------------
 // x is prepared once per call (q4_0.cpp prepare_i24, in double, shared by every ISA): per
@@ -60,6 +61,7 @@ static inline int i24_a_lane(int i) {  // k with i in A_k
 }
 void matvec_i24_scalar(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_avx2(const I24Args &a, int64_t r0, int64_t r1);
+void matvec_i24_neon(const I24Args &a, int64_t r0, int64_t r1);
 
 static inline float hsum8(const float a[8]) {
     float b[4], c[2];

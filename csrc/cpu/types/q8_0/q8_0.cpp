@@ -156,6 +156,21 @@ void dequantize_q8_0(const uint8_t *src, float *dst, int64_t rows, int64_t cols,
 
 namespace {
 
+// NaN payloads are not part of the canonical expression: where two NaNs meet in one logit (a NaN
+// d and a NaN x, say), which payload survives depends on the operand order the compiler picked for
+// a commutative multiply or add, in the scalar reference as in the SIMD kernels (GCC for aarch64
+// swaps some). Every NaN logit is therefore written as the default quiet NaN, so the bytes agree
+// on every ISA and compiler; non-finite stays non-finite. Rows [r0, r1) of every activation row.
+static void canonical_nans(float *logits, int64_t rows, int64_t T, int64_t r0, int64_t r1) {
+    const uint32_t qnan = 0x7FC00000u;
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = r0; r < r1; ++r) {
+            float *p = logits + t * rows + r;
+            const uint32_t u = f32_bits(*p);
+            if ((u & 0x7FFFFFFFu) > 0x7F800000u) std::memcpy(p, &qnan, 4);
+        }
+}
+
 void q8_0_matvec(const MatvecCall &c) {
     const MatvecArgs a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
     void (*kernel)(const MatvecArgs &, int64_t, int64_t) = matvec_q8_0_scalar;
@@ -163,9 +178,15 @@ void q8_0_matvec(const MatvecCall &c) {
     // AVX-512 machines run the AVX2 kernel: the same bytes by construction (no AVX-512 kernel yet).
     if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_q8_0_avx2;
 #endif
+#if defined(LMTAIL_HAVE_NEON)
+    if (c.isa == Isa::Neon) kernel = matvec_q8_0_neon;
+#endif
     // 64 rows per task: 64 * 34/32 * cols bytes (~450 KB at cols = 6656), enough to amortise
     // scheduling, small enough that the threads finish together.
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
+        kernel(a, r0, r1);
+        canonical_nans(c.logits, c.rows, c.T, r0, r1);
+    });
 }
 
 }  // namespace

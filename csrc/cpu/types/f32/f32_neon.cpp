@@ -1,0 +1,8 @@
+// NEON F32 matvec: the shared float NEON kernel (cpu/types/float_neon.hpp) on F32Weights.
+#include "cpu/types/float_neon.hpp"
+
+namespace lmt::cpu {
+
+void matvec_f32_neon(const MatvecCall &c, int64_t r0, int64_t r1) { float_neon::matvec<F32Weights>(c, r0, r1); }
+
+}  // namespace lmt::cpu
