@@ -31,6 +31,9 @@ def test_shape_and_every_backend():
             assert col[op]["dtypes"] in (["F32"], [])
         assert "rms" in col["head"]["norms"] and "none" in col["head"]["norms"]
         assert ("layer" in col["head"]["norms"]) == bool(col["layer_norm"]["dtypes"]) or b == "cuda"
+    # Batch invariance is a property users can check: everywhere but CUDA (T = 1 and T > 1 kernels differ).
+    assert {b: caps[b]["matvec"]["batch_invariant"] for b in caps} == {
+        "cpu": True, "metal": True, "metal-emu": True, "cuda": False}
     # The device backends keep Q5_K only, at f32.
     for b in ("metal", "metal-emu", "cuda"):
         assert caps[b]["matvec"]["dtypes"] == ["Q5_K"]

@@ -68,8 +68,12 @@ def test_matvec_matches_float64(backend, dtype):
         p = prec or CAPS[backend]["matvec"]["by_dtype"][dtype]["default"]
         err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
         assert err <= TOLERANCE[p], (backend, dtype, p, err)
-        # 1-D x gives the row of the batch, bit for bit (batch invariance)
-        assert np.array_equal(bits(lmtail.ops.matvec(q, x[1], dtype, backend=backend, precision=prec)), bits(y[1]))
+        # 1-D x gives the row of the batch, bit for bit, where the backend is batch invariant
+        one = lmtail.ops.matvec(q, x[1], dtype, backend=backend, precision=prec)
+        if CAPS[backend]["matvec"]["batch_invariant"]:
+            assert np.array_equal(bits(one), bits(y[1]))
+        else:
+            assert np.linalg.norm(one - y[1]) / np.linalg.norm(y[1]) <= 2 * TOLERANCE[p]
     assert CAPS[backend]["matvec"]["by_dtype"][dtype]["default"] == lmtail.ops.default_precision(backend, dtype)
 
 
@@ -207,7 +211,9 @@ def test_head_with_dtype_equals_ops_composition(backend, dtype):
     want = lmtail.ops.softcap(np.ascontiguousarray(mv), 0.5, 15.0, backend=backend)
     got = head.logits(h)
     assert np.array_equal(bits(got), bits(want))
-    assert head.last_bytes_read_back == 4 * 300 * 2
+    # A device-resident head also reads each row's 4-byte pre-cap latch (tests/test_cuda.py).
+    latch = 4 * 2 if lmtail._backend.row(backend).head == "device" else 0
+    assert head.last_bytes_read_back == 4 * 300 * 2 + latch
     assert head.greedy(h).tolist() == lmtail.ops.greedy_argmax(want).tolist()
     i, v = head.topk(h, 5)
     wi, wv = lmtail.ops.topk(want, 5)

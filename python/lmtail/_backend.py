@@ -86,6 +86,9 @@ class Row:
     # The norm kernels mark a row whose mean of squares overflowed with NaN instead of raising
     # (the device kernels); ops checks for that on the host.
     norm_poisons_overflow: bool = False
+    # Row t of a T-row matvec equals that activation row computed alone. False on CUDA, whose
+    # T = 1 kernel (v4) and batch kernel (v2) differ in the last bits (docs/DESIGN.md, CUDA).
+    batch_invariant: bool = True
 
 
 _DEVICE_OPS = ("rms_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
@@ -97,7 +100,8 @@ _ROWS: dict[str, Row] = {
     "metal": Row("metal", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view, True),
     "metal-emu": Row("metal-emu", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view,
                      True),
-    "cuda": Row("cuda", _DEVICE_Q5K, _DEVICE_OPS, "device", ("none", "rms"), _device_matvec, None, True),
+    "cuda": Row("cuda", _DEVICE_Q5K, _DEVICE_OPS, "device", ("none", "rms"), _device_matvec, None, True,
+                batch_invariant=False),
 }
 for _r in _ROWS.values():  # a device type the CPU lacks would have no block geometry
     assert set(_r.matvec) <= set(TYPES), (_r.name, _r.matvec)
@@ -203,6 +207,7 @@ def capabilities() -> dict:
             col[op] = {"dtypes": list(r.matvec), "precisions": list(precs),
                        "by_dtype": {d: dict(v, precisions=list(v["precisions"])) for d, v in by_dtype.items()}}
         col["head"]["norms"] = list(r.head_norms)
+        col["matvec"]["batch_invariant"] = r.batch_invariant
         for op in FLOAT_OPS:  # every op is listed; one a backend lacks has no dtypes
             col[op] = {"dtypes": ["F32"], "precisions": ["f32"]} if op in r.ops else {"dtypes": [], "precisions": []}
         out[name] = col

@@ -23,6 +23,14 @@ _all_finite = _core.all_finite
 _MAX_TOKENS = 2**31 - 1
 
 
+def _physical_memory() -> int:
+    """Bytes of physical memory (a huge number where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 1 << 62
+
+
 def _empty(shape, dtype) -> np.ndarray:
     """np.empty for a result array; running out of memory is a typed ResourceError."""
     try:
@@ -325,11 +333,17 @@ class Head:
         failed allocation leaves the old buffers (and the Head) as they were."""
         cap = max(T, self._max_tokens)
         need_normed = self._norm_mode != "none" and self._device is None
+        nbytes = 4 * cap * (self._rows + (self._cols if need_normed else 0))
+        # More than the machine's memory: refuse before allocating. With overcommit enabled the
+        # allocation itself would succeed and the first write past physical memory would get the
+        # process killed instead of raising.
+        if nbytes > _physical_memory():
+            raise ResourceError(f"Head: {nbytes} bytes of buffers for {cap} hidden rows (rows={self._rows}, "
+                                f"cols={self._cols}) exceed this machine's {_physical_memory()} bytes of memory")
         try:
             staging = self._staging_rows(cap)
             normed = np.empty((cap, self._cols), dtype=np.float32) if need_normed else None
         except MemoryError as e:
-            nbytes = 4 * cap * (self._rows + (self._cols if need_normed else 0))
             raise ResourceError(f"Head: cannot allocate {nbytes} bytes of buffers for {cap} hidden rows "
                                 f"(rows={self._rows}, cols={self._cols}): {e}") from None
         st.staging, st.normed = staging, normed
