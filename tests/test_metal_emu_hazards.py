@@ -233,3 +233,16 @@ def test_head_graph_get_rows_reads_the_device_slot(me, head_data):
     me.set_debug([], 0)  # NaN planted: the slot holds 0xFFFFFFFF, the gathered row is NaN (fail closed)
     res, rows = _graph(me, head_data, embed=table, raw=True)
     assert int(res[0]) == 0xFFFFFFFF and np.isnan(rows[0]).all()
+
+
+def test_loading_the_testing_module_keeps_every_core_error_type():
+    # pybind11 tries the newest translator first, across modules: the test module once mapped
+    # lmt::UnsupportedError to ParameterError for every later call in the process.
+    _metal_testing.load()
+    w = np.zeros((2, 34), np.uint8)
+    x = np.ones((1, 32), np.float32)
+    out = np.empty((1, 2), np.float32)
+    with pytest.raises(lmtail.UnsupportedError, match="precision i16"):
+        lmtail._core.matvec(w, 8, 32, x, out, 1, "auto", "i16")  # Q8_0 runs f32 only
+    with pytest.raises(lmtail.DTypeError):
+        lmtail._core.matvec(w.astype(np.int8), 8, 32, x, out, 1, "auto", "f32")

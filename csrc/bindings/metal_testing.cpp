@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/errors.hpp"
 #include "lmtail/cpu.hpp"
 
 #if !defined(LMTAIL_METAL_TESTING)
@@ -29,17 +30,7 @@ namespace be = lmt::LMT_METAL_NS;
 PYBIND11_MODULE(_lmtail_testing, m) {
     m.doc() = "lmtail test hooks: the Metal emulator with planted bugs (test-only; never installed)";
     // This module's own copies of the core's error types, mapped as lmtail._core maps them.
-    py::register_exception_translator([](std::exception_ptr p) {
-        try {
-            if (p) std::rethrow_exception(p);
-        } catch (const lmt::NonFiniteError &e) {
-            PyErr_SetString(py::module_::import("lmtail.errors").attr("NonFiniteLogitsError").ptr(), e.what());
-        } catch (const lmt::ArgumentError &e) {
-            PyErr_SetString(py::module_::import("lmtail.errors").attr("ParameterError").ptr(), e.what());
-        } catch (const lmt::Error &e) {
-            PyErr_SetString(py::module_::import("lmtail.errors").attr("LmtailError").ptr(), e.what());
-        }
-    });
+    lmt::bind::register_core_translator();
     register_emu_translators();  // registered last: tried first (HazardError before lmt::Error)
     py::module_ e = m.def_submodule("metal_emu", "metal-emu with the test hooks (set_debug, dispatch)");
     e.attr("NAME") = "metal-emu-testing";

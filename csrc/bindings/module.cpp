@@ -13,6 +13,7 @@
 #include <string>
 
 #include "bindings/array_args.hpp"
+#include "bindings/errors.hpp"
 #include "cpu/bandwidth.hpp"  // read_bytes_checksum: internal, not in the public cpu.hpp
 #include "lmtail/cpu.hpp"
 #include "lmtail/head.hpp"
@@ -173,29 +174,7 @@ PYBIND11_MODULE(_core, m) {
     m.doc() = "lmtail C++ core (CPU backend kernels)";
 
     // Map core exceptions to the typed Python errors defined in lmtail.errors.
-    py::register_exception_translator([](std::exception_ptr p) {
-        try {
-            if (p) std::rethrow_exception(p);
-        } catch (const std::bad_alloc &e) {
-            py::object cls = py::module_::import("lmtail.errors").attr("ResourceError");
-            PyErr_SetString(cls.ptr(), "out of memory (std::bad_alloc)");
-        } catch (const lmt::bind::DTypeError &e) {
-            py::object cls = py::module_::import("lmtail.errors").attr("DTypeError");
-            PyErr_SetString(cls.ptr(), e.what());
-        } catch (const lmt::NonFiniteError &e) {
-            py::object cls = py::module_::import("lmtail.errors").attr("NonFiniteLogitsError");
-            PyErr_SetString(cls.ptr(), e.what());
-        } catch (const lmt::UnsupportedError &e) {
-            py::object cls = py::module_::import("lmtail.errors").attr("UnsupportedError");
-            PyErr_SetString(cls.ptr(), e.what());
-        } catch (const lmt::ArgumentError &e) {
-            py::object cls = py::module_::import("lmtail.errors").attr("ParameterError");
-            PyErr_SetString(cls.ptr(), e.what());
-        } catch (const lmt::Error &e) {
-            py::object cls = py::module_::import("lmtail.errors").attr("LmtailError");
-            PyErr_SetString(cls.ptr(), e.what());
-        }
-    });
+    lmt::bind::register_core_translator();
 
     m.attr("ARGMAX_INVALID") = py::int_(LMT_ARGMAX_INVALID);
     m.attr("ARGMAX_ALL_EXCLUDED") = py::int_(lmt::cpu::kAllExcluded);
