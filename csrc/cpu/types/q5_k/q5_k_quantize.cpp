@@ -1,485 +1,56 @@
-// Q5_K quantisation and dequantisation on the host.
-//
-// quantize_q5_k reproduces ggml's reference quantiser (quantize_row_q5_K_ref, i.e. what
-// ggml_quantize_chunk does for GGML_TYPE_Q5_K without an importance matrix) byte for byte.
-// That only works if every float operation happens with the same operands, in the same order
-// and with the same rounding as in the reference, so this file is deliberately "literal":
-//
-//   * no FMA: the project builds with -ffp-contract=off, and every a*b+c below is two roundings;
-//   * int -> float conversions happen exactly where the reference converts (e.g. w*l*l is
-//     (w * float(l)) * float(l), never w * float(l*l));
-//   * round-to-nearest uses the same "add 1.5*2^23 and read the mantissa bits" trick as the
-//     reference, including what that trick yields outside its nominal range (|x| >= 2^22,
-//     +/-inf, NaN). The trick is pure float addition plus a bit copy, so it is defined for
-//     every input (no float->int conversion, hence no UB even for NaN);
-//   * fail closed: a non-finite weight, or a block whose fp16 d or dmin overflows to inf
-//     (weights below about -4.13e6 or above about 1.28e8, where ggml writes a block that
-//     decodes to inf/NaN), throws ArgumentError after the whole call; every other block is
-//     ggml's bytes;
-//   * fp32 -> fp16 is IEEE round-to-nearest-even with overflow to inf and gradual underflow,
-//     which is what ggml's portable converter computes (checked exhaustively over all 2^32
-//     inputs during development).
-//
-// dequantize_q5_k evaluates y = (d*sc)*q - (dmin*m), each product rounded to float, which is
-// ggml's dequantize_row_q5_K and gguf-py's numpy dequantiser.
-//
-// Rows are independent, so the work is split by whole rows over threads and the output does
-// not depend on the thread count.
-
-#include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <string>
-#include <system_error>
-#include <thread>
-#include <vector>
-
-#include "lmtail/cpu.hpp"
-#include "lmtail/kernel_abi.h"
-
-#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
-#include <xmmintrin.h>
-#define LMT_Q5K_FPENV_SSE 1
-#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-#define LMT_Q5K_FPENV_A64 1
-#endif
-
-// Contraction of a*b+c into an FMA would change the bytes. The build passes -ffp-contract=off
-// for GCC/Clang; these pragmas keep this file exact even if compiled on its own.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(_MSC_VER)
-#pragma fp_contract(off)
-#endif
+// Q5_K quantisation and dequantisation on the host: ggml's quantize_row_q5_K_ref bytes and
+// dequantize_row_q5_K values, through the K-quant (scale, min) quantiser shared with Q4_K
+// (csrc/cpu/types/qkx_quantize.hpp explains why it is "literal"). Q5_K's part: 5-bit codes, the
+// search over 16 grids of (31 - 0.5 + 0.1 s) steps, the low nibbles in qs and the 5th bits in qh.
+#include "cpu/types/qkx_quantize.hpp"
 
 namespace lmt {
 namespace cpu {
 namespace {
 
-constexpr int kSubBlocks = LMT_Q5K_SUBBLOCKS;        // 8 sub-blocks per super-block
-constexpr int kSubLen = LMT_QK_K / LMT_Q5K_SUBBLOCKS;  // 32 weights per sub-block
-constexpr int kQMax = 31;                            // 5-bit codes
-constexpr int kScaleMax = 63;                        // 6-bit sub-block scales and mins
+struct Q5K {
+    using Block = lmt_block_q5_K;
+    static constexpr int kQMax = 31;
+    static constexpr int kSteps = 15;
+    static constexpr float kStretch0 = -0.5f;
+    static constexpr const char *kName = "Q5_K";
+    static constexpr const char *kLower = "q5_k";
+    static constexpr const char *kRange = "1.28e8";
 
-// ---- bit helpers ---------------------------------------------------------------------------
-
-inline uint32_t float_bits(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-inline float bits_float(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-// IEEE binary16 -> binary32 (exact). NaN payloads are kept and made quiet, as a float multiply
-// would do (ggml's converter ends with one), so even NaN scale fields decode like ggml's.
-inline float half_to_float(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1Fu;
-    uint32_t man = h & 0x3FFu;
-    if (exp == 0x1Fu) {  // inf / NaN
-        const uint32_t quiet = man ? 0x00400000u : 0u;
-        return bits_float(sign | 0x7F800000u | (man << 13) | quiet);
+    static void pack(const uint8_t *codes, Block *out) {
+        // Pack: for group g (64 weights), weight 64g+l goes to the low nibble of qs[32g+l] and weight
+        // 64g+32+l to the high nibble; their 5th bits go to bits 2g and 2g+1 of qh[l].
+        std::memset(out->qh, 0, sizeof out->qh);
+        for (int g = 0; g < LMT_QK_K / 64; ++g) {
+            const uint8_t *lo_half = codes + 64 * g;
+            const uint8_t *hi_half = lo_half + 32;
+            for (int l = 0; l < 32; ++l) {
+                const uint8_t a = lo_half[l];
+                const uint8_t b = hi_half[l];
+                out->qs[32 * g + l] = static_cast<uint8_t>((a & 0x0F) | ((b & 0x0F) << 4));
+                out->qh[l] |= static_cast<uint8_t>(((a >> 4) << (2 * g)) | ((b >> 4) << (2 * g + 1)));
+            }
+        }
     }
-    if (exp != 0) return bits_float(sign | ((exp + (127 - 15)) << 23) | (man << 13));
-    if (man == 0) return bits_float(sign);  // +/-0
-    // Subnormal half (man * 2^-24): move the leading one to the implicit-bit position.
-    int32_t e = 1 + (127 - 15);
-    while ((man & 0x400u) == 0) {
-        man <<= 1;
-        --e;
+
+    // Sub-block j's code l: the low nibble (j even) or high nibble (j odd) of its group's qs
+    // byte, with the 5th bit from qh.
+    static uint32_t code(const Block *blk, int j, int l) {
+        const int g = j >> 1, upper = j & 1;
+        const uint8_t qs = blk->qs[32 * g + l];
+        const uint32_t low = upper ? (uint32_t)(qs >> 4) : (uint32_t)(qs & 0x0Fu);
+        return low | (((uint32_t)(blk->qh[l] >> (2 * g + upper)) & 1u) << 4);
     }
-    return bits_float(sign | (static_cast<uint32_t>(e) << 23) | ((man & 0x3FFu) << 13));
-}
-
-// IEEE binary32 -> binary16, round to nearest, ties to even; overflow gives +/-inf and NaN
-// gives a quiet NaN (0x7E00 with the sign), as ggml's portable converter does.
-inline uint16_t float_to_half(float f) {
-    const uint32_t u = float_bits(f);
-    const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-    const uint32_t mag = u & 0x7FFFFFFFu;
-
-    if (mag > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
-    if (mag >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: inf
-    if (mag >= 0x38800000u) {
-        // Normal half. Rebias the exponent (127 -> 15) and drop 13 mantissa bits with RNE; a
-        // carry out of the mantissa correctly bumps the exponent (never to inf, see above).
-        uint32_t h = (mag - 0x38000000u) >> 13;
-        const uint32_t rest = mag & 0x1FFFu;
-        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-        return static_cast<uint16_t>(sign | h);
-    }
-    if (mag < 0x33000000u) return sign;  // below half the smallest subnormal (2^-25): +/-0
-    // Subnormal half (units of 2^-24): value = sig * 2^(e-150), so units = sig >> (126 - e).
-    const uint32_t e = mag >> 23;                            // 102 .. 112
-    const uint32_t sig = (mag & 0x7FFFFFu) | 0x800000u;      // 24-bit significand
-    const uint32_t shift = 126u - e;                         // 14 .. 24
-    uint32_t h = sig >> shift;
-    const uint32_t rest = sig & ((1u << shift) - 1u);
-    const uint32_t half = 1u << (shift - 1u);
-    if (rest > half || (rest == half && (h & 1u))) ++h;     // may carry into the smallest normal
-    return static_cast<uint16_t>(sign | h);
-}
-
-// Nearest integer as ggml computes it: x + 1.5*2^23 places round-half-even(x) in the low 22
-// mantissa bits for |x| < 2^22. Outside that range (and for inf/NaN) the same bit extraction
-// is still what the reference returns, so it is reproduced rather than "fixed".
-inline int32_t round_magic(float x) {
-    const float shifted = x + 12582912.0f;
-    const uint32_t bits = float_bits(shifted);
-    return static_cast<int32_t>(bits & 0x007FFFFFu) - 0x00400000;
-}
-
-inline uint8_t clamp_code(int32_t v, int32_t hi) {
-    return static_cast<uint8_t>(v < 0 ? 0 : (v > hi ? hi : v));
-}
-
-// ---- one sub-block: (scale, min) fit -------------------------------------------------------
-
-struct SubBlockFit {
-    float scale;  // step of the codes
-    float neg_min;  // the offset subtracted on decode (>= 0 unless the arithmetic degenerates)
 };
-
-// Weighted least-squares search for 32 values x with weights w, codes in [0, 31]: start from
-// the min/max grid, then try 16 grids of (31 - 0.5 + 0.1 s) steps over [lo, hi] (s = 0..15),
-// refit step and offset of each candidate code assignment by weighted least squares and keep
-// the one with the smallest weighted squared error. lo is updated to the winning offset as the
-// search goes, so later grids start from it (this is what the reference does; it matters for
-// the bytes).
-SubBlockFit fit_sub_block(const float *x, const float *w, uint8_t *codes) {
-    float lo = x[0];
-    float hi = x[0];
-    float w_total = w[0];
-    float wx_total = w_total * x[0];
-    for (int i = 1; i < kSubLen; ++i) {
-        const float v = x[i];
-        if (v < lo) lo = v;
-        if (v > hi) hi = v;
-        w_total += w[i];
-        wx_total += w[i] * v;
-    }
-    if (lo > 0) lo = 0;  // the offset only ever subtracts
-    if (hi == lo) {
-        std::memset(codes, 0, kSubLen);
-        return {0.0f, -lo};
-    }
-
-    float inv_step = static_cast<float>(kQMax) / (hi - lo);
-    float step = 1 / inv_step;
-    float best_err = 0;
-    for (int i = 0; i < kSubLen; ++i) {
-        codes[i] = clamp_code(round_magic(inv_step * (x[i] - lo)), kQMax);
-        const float r = step * static_cast<float>(codes[i]) + lo - x[i];
-        best_err += w[i] * (r * r);
-    }
-
-    uint8_t trial[kSubLen];
-    constexpr int kSteps = 15;
-    constexpr float kStretch0 = -0.5f;
-    constexpr float kStretchStep = 0.1f;
-    for (int s = 0; s <= kSteps; ++s) {
-        // lo is the best offset so far (not the data minimum once a trial has won).
-        inv_step = (kStretch0 + kStretchStep * static_cast<float>(s) + static_cast<float>(kQMax)) / (hi - lo);
-        float s_l = 0, s_ll = 0, s_xl = 0;
-        for (int i = 0; i < kSubLen; ++i) {
-            const uint8_t c = clamp_code(round_magic(inv_step * (x[i] - lo)), kQMax);
-            trial[i] = c;
-            const float wl = w[i] * static_cast<float>(c);
-            s_l += wl;
-            s_ll += wl * static_cast<float>(c);
-            s_xl += wl * x[i];
-        }
-        const float det = w_total * s_ll - s_l * s_l;
-        if (!(det > 0)) continue;
-        float t_step = (w_total * s_xl - wx_total * s_l) / det;
-        float t_lo = (s_ll * wx_total - s_l * s_xl) / det;
-        if (t_lo > 0) {
-            t_lo = 0;
-            t_step = s_xl / s_ll;
-        }
-        float err = 0;
-        for (int i = 0; i < kSubLen; ++i) {
-            const float r = t_step * static_cast<float>(trial[i]) + t_lo - x[i];
-            err += w[i] * (r * r);
-        }
-        if (err < best_err) {
-            std::memcpy(codes, trial, kSubLen);
-            best_err = err;
-            step = t_step;
-            lo = t_lo;
-        }
-    }
-    return {step, -lo};
-}
-
-// ---- one super-block -----------------------------------------------------------------------
-
-// fp16 exponent field all ones: +/-inf or NaN.
-inline bool half_is_nonfinite(uint16_t h) { return (h & 0x7C00u) == 0x7C00u; }
-
-// Quantises one super-block (always writing ggml's bytes) and returns whether they are usable:
-// false when an input is not finite or when the fp16 super-block scale d or min scale dmin
-// overflowed (max sub-block step / 63 or max offset / 63 >= 65520, i.e. weights of roughly
-// 4.1e6 below zero or 1.3e8 above): such a block decodes to inf/NaN, so the caller refuses it.
-bool quantize_block(const float *x, lmt_block_q5_K *out) {
-    uint8_t codes[LMT_QK_K];
-    float step[kSubBlocks];
-    float offset[kSubBlocks];
-    float w[kSubLen];
-
-    float top_step = 0;    // largest sub-block step (steps are normally >= 0)
-    float top_offset = 0;  // largest sub-block offset
-    for (int j = 0; j < kSubBlocks; ++j) {
-        const float *xs = x + kSubLen * j;
-        float sq = 0;
-        for (int i = 0; i < kSubLen; ++i) sq += xs[i] * xs[i];
-        const float rms = std::sqrt(sq / static_cast<float>(kSubLen));
-        for (int i = 0; i < kSubLen; ++i) w[i] = rms + std::fabs(xs[i]);
-        const SubBlockFit fit = fit_sub_block(xs, w, codes + kSubLen * j);
-        step[j] = fit.scale;
-        offset[j] = fit.neg_min;
-        if (step[j] > top_step) top_step = step[j];
-        if (offset[j] > top_offset) top_offset = offset[j];
-    }
-
-    // 6-bit sub-block scale/min codes relative to the largest ones. The rounded value goes
-    // through uint8_t (wrapping) before the clamp to 63, exactly as in the reference.
-    const float to_scale_code = top_step > 0 ? static_cast<float>(kScaleMax) / top_step : 0.0f;
-    const float to_min_code = top_offset > 0 ? static_cast<float>(kScaleMax) / top_offset : 0.0f;
-    uint8_t packed[12];
-    std::memset(packed, 0, sizeof packed);
-    for (int j = 0; j < kSubBlocks; ++j) {
-        uint8_t sc = static_cast<uint8_t>(static_cast<uint32_t>(round_magic(to_scale_code * step[j])) & 0xFFu);
-        uint8_t mn = static_cast<uint8_t>(static_cast<uint32_t>(round_magic(to_min_code * offset[j])) & 0xFFu);
-        if (sc > kScaleMax) sc = kScaleMax;
-        if (mn > kScaleMax) mn = kScaleMax;
-        if (j < 4) {
-            packed[j] |= sc;
-            packed[j + 4] |= mn;
-        } else {
-            // Low nibbles in bytes 8..11, the top two bits in bits 6..7 of bytes 0..7.
-            packed[j + 4] = static_cast<uint8_t>((sc & 0x0F) | ((mn & 0x0F) << 4));
-            packed[j - 4] |= static_cast<uint8_t>((sc >> 4) << 6);
-            packed[j] |= static_cast<uint8_t>((mn >> 4) << 6);
-        }
-    }
-    std::memcpy(out->scales, packed, sizeof packed);
-    out->d = float_to_half(top_step / static_cast<float>(kScaleMax));
-    out->dmin = float_to_half(top_offset / static_cast<float>(kScaleMax));
-
-    // Re-derive the 5-bit codes against the scales actually stored (fp16 d, 6-bit sc/m). A
-    // sub-block whose effective step is zero keeps the codes from its fit.
-    const float d_all = half_to_float(out->d);
-    const float dmin_all = half_to_float(out->dmin);
-    for (int j = 0; j < kSubBlocks; ++j) {
-        const float dj = d_all * static_cast<float>(lmt_q5k_scale(out->scales, j));
-        if (dj == 0) continue;
-        const float mj = dmin_all * static_cast<float>(lmt_q5k_min(out->scales, j));
-        const float *xs = x + kSubLen * j;
-        uint8_t *cs = codes + kSubLen * j;
-        for (int i = 0; i < kSubLen; ++i) cs[i] = clamp_code(round_magic((xs[i] + mj) / dj), kQMax);
-    }
-
-    // Pack: for group g (64 weights), weight 64g+l goes to the low nibble of qs[32g+l] and weight
-    // 64g+32+l to the high nibble; their 5th bits go to bits 2g and 2g+1 of qh[l].
-    std::memset(out->qh, 0, sizeof out->qh);
-    for (int g = 0; g < LMT_QK_K / 64; ++g) {
-        const uint8_t *lo_half = codes + 64 * g;
-        const uint8_t *hi_half = lo_half + 32;
-        for (int l = 0; l < 32; ++l) {
-            const uint8_t a = lo_half[l];
-            const uint8_t b = hi_half[l];
-            out->qs[32 * g + l] = static_cast<uint8_t>((a & 0x0F) | ((b & 0x0F) << 4));
-            out->qh[l] |= static_cast<uint8_t>(((a >> 4) << (2 * g)) | ((b >> 4) << (2 * g + 1)));
-        }
-    }
-    bool finite = true;
-    for (int i = 0; i < LMT_QK_K; ++i) finite &= (float_bits(x[i]) & 0x7F800000u) != 0x7F800000u;
-    return finite && !half_is_nonfinite(out->d) && !half_is_nonfinite(out->dmin);
-}
-
-void dequantize_block(const lmt_block_q5_K *blk, float *y) {
-    const float d_all = half_to_float(blk->d);
-    const float dmin_all = half_to_float(blk->dmin);
-    for (int j = 0; j < kSubBlocks; ++j) {
-        const float dj = d_all * static_cast<float>(lmt_q5k_scale(blk->scales, j));
-        const float mj = dmin_all * static_cast<float>(lmt_q5k_min(blk->scales, j));
-        const int g = j >> 1;
-        const int upper = j & 1;
-        const int hbit = 2 * g + upper;
-        const uint8_t *qs = blk->qs + 32 * g;
-        float *yj = y + kSubLen * j;
-        for (int l = 0; l < 32; ++l) {
-            const uint32_t low = upper ? (qs[l] >> 4) : (qs[l] & 0x0Fu);
-            const uint32_t q = low | (((blk->qh[l] >> hbit) & 1u) << 4);
-            yj[l] = dj * static_cast<float>(q) - mj;
-        }
-    }
-}
-
-// ---- floating-point environment -----------------------------------------------------------
-
-// The bytes depend on IEEE default behaviour: round to nearest even and gradual underflow.
-// A library built with -ffast-math can switch a process to flush-to-zero / denormals-are-zero
-// when it is loaded, and a caller may have unmasked FP exceptions (inf*0 happens inside the
-// reference algorithm for huge finite inputs). Each worker runs under the default mode and
-// restores the caller's afterwards.
-class DefaultFpMode {
-  public:
-#if defined(LMT_Q5K_FPENV_SSE)
-    DefaultFpMode() : saved_(_mm_getcsr()) {
-        // Clear FTZ (bit 15), DAZ (bit 6) and rounding control (bits 13-14); mask all
-        // exceptions (bits 7-12).
-        _mm_setcsr((saved_ & ~0xE040u) | 0x1F80u);
-    }
-    ~DefaultFpMode() { _mm_setcsr(saved_); }
-
-  private:
-    unsigned int saved_;
-#elif defined(LMT_Q5K_FPENV_A64)
-    DefaultFpMode() {
-        __asm__ __volatile__("mrs %0, fpcr" : "=r"(saved_));
-        // Clear FZ (bit 24), RMode (bits 22-23) and the trap enables (bits 8-12, 15).
-        const uint64_t v = saved_ & ~((1ull << 24) | (3ull << 22) | (0x1Full << 8) | (1ull << 15));
-        __asm__ __volatile__("msr fpcr, %0" : : "r"(v));
-    }
-    ~DefaultFpMode() { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_)); }
-
-  private:
-    uint64_t saved_;
-#else
-    DefaultFpMode() = default;
-#endif
-    DefaultFpMode(const DefaultFpMode &) = delete;
-    DefaultFpMode &operator=(const DefaultFpMode &) = delete;
-};
-
-// ---- argument checks and row threading -----------------------------------------------------
-
-void check_shape(const char *fn, const void *src, const void *dst, int64_t rows, int64_t cols) {
-    if (rows < 0) {
-        throw ArgumentError(std::string(fn) + ": expected rows >= 0, found rows=" + std::to_string(rows));
-    }
-    if (cols <= 0 || cols % LMT_QK_K != 0) {
-        throw ArgumentError(std::string(fn) + ": expected cols to be a positive multiple of " +
-                            std::to_string(LMT_QK_K) + " (Q5_K super-block), found cols=" +
-                            std::to_string(cols));
-    }
-    if (rows > INT64_MAX / cols) {
-        throw ArgumentError(std::string(fn) + ": expected rows*cols to fit in 64 bits, found rows=" +
-                            std::to_string(rows) + " cols=" + std::to_string(cols));
-    }
-    if (rows > 0 && (src == nullptr || dst == nullptr)) {
-        throw ArgumentError(std::string(fn) + ": expected non-null src and dst, found " +
-                            (src == nullptr ? "src=null" : "dst=null"));
-    }
-}
-
-// Runs body(row_begin, row_end) over [0, rows) split into contiguous row ranges. The thread
-// count only changes which thread does a row, never what is computed for it.
-template <typename Body>
-void for_rows(int64_t rows, int64_t blocks_per_row, int64_t min_blocks_per_thread, int n_threads,
-              const Body &body) {
-    if (rows <= 0) return;
-    int64_t want = n_threads > 0 ? n_threads : default_threads();
-    if (want < 1) want = 1;
-    const int64_t total_blocks = rows * blocks_per_row;
-    const int64_t by_work = std::max<int64_t>(1, total_blocks / min_blocks_per_thread);
-    const int64_t nt = std::min(want, std::min(rows, by_work));
-    if (nt <= 1) {
-        body(int64_t{0}, rows);
-        return;
-    }
-    const int64_t base = rows / nt;
-    const int64_t extra = rows % nt;
-    auto range_begin = [&](int64_t t) { return t * base + std::min(t, extra); };
-
-    std::vector<std::thread> workers;
-    workers.reserve(static_cast<size_t>(nt - 1));
-    int64_t t = 1;
-    try {
-        for (; t < nt; ++t) {
-            const int64_t b = range_begin(t), e = range_begin(t + 1);
-            workers.emplace_back([&body, b, e] { body(b, e); });
-        }
-    } catch (const std::system_error &) {
-        // Could not start another thread: do the ranges not handed out on this thread.
-        for (int64_t u = t; u < nt; ++u) body(range_begin(u), range_begin(u + 1));
-    }
-    body(range_begin(0), range_begin(1));
-    for (auto &w : workers) w.join();
-}
 
 }  // namespace
 
 void quantize_q5_k(const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads) {
-    check_shape("quantize_q5_k", src, dst, rows, cols);
-    const int64_t nb = cols / LMT_QK_K;
-    const size_t row_bytes = static_cast<size_t>(nb) * LMT_Q5K_BLOCK_BYTES;
-    // Fail closed: the first (lowest-index) block that would decode to inf/NaN is reported once
-    // every worker has joined (an exception must not leave a worker thread).
-    std::atomic<int64_t> first_bad{INT64_MAX};
-    for_rows(rows, nb, 16, n_threads, [&](int64_t r0, int64_t r1) {
-        const DefaultFpMode fp_mode;
-        for (int64_t r = r0; r < r1; ++r) {
-            const float *x = src + r * cols;
-            uint8_t *row = dst + static_cast<size_t>(r) * row_bytes;
-            for (int64_t b = 0; b < nb; ++b) {
-                lmt_block_q5_K blk;
-                if (!quantize_block(x + b * LMT_QK_K, &blk)) {
-                    int64_t cur = first_bad.load(), mine = r * nb + b;
-                    while (mine < cur && !first_bad.compare_exchange_weak(cur, mine)) {
-                    }
-                }
-                std::memcpy(row + static_cast<size_t>(b) * LMT_Q5K_BLOCK_BYTES, &blk, sizeof blk);
-            }
-        }
-    });
-    const int64_t bad = first_bad.load();
-    if (bad == INT64_MAX) return;
-    const int64_t r = bad / nb, b = bad % nb;
-    const float *x = src + r * cols + b * LMT_QK_K;
-    float lo = 0, hi = 0;
-    for (int i = 0; i < LMT_QK_K; ++i) {
-        if ((float_bits(x[i]) & 0x7F800000u) == 0x7F800000u) {
-            throw ArgumentError("quantize_q5_k: weights must be finite; found a non-finite weight at (" +
-                                std::to_string(r) + ", " + std::to_string(b * LMT_QK_K + i) + ")");
-        }
-        lo = std::min(lo, x[i]);
-        hi = std::max(hi, x[i]);
-    }
-    char range[96];
-    std::snprintf(range, sizeof range, "[%.9g, %.9g]", static_cast<double>(lo), static_cast<double>(hi));
-    throw ArgumentError("quantize_q5_k: row " + std::to_string(r) + ", super-block " + std::to_string(b) +
-                        " (weights " + range + ") overflows Q5_K's fp16 scales (d or dmin would be inf: "
-                        "the block would decode to inf/NaN); Q5_K represents weights only down to about "
-                        "-4.13e6 and up to about 1.28e8");
+    qkx::quantize_rows<Q5K>(src, dst, rows, cols, n_threads);
 }
 
 void dequantize_q5_k(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads) {
-    check_shape("dequantize_q5_k", src, dst, rows, cols);
-    const int64_t nb = cols / LMT_QK_K;
-    const size_t row_bytes = static_cast<size_t>(nb) * LMT_Q5K_BLOCK_BYTES;
-    for_rows(rows, nb, 1024, n_threads, [&](int64_t r0, int64_t r1) {
-        const DefaultFpMode fp_mode;
-        for (int64_t r = r0; r < r1; ++r) {
-            const uint8_t *row = src + static_cast<size_t>(r) * row_bytes;
-            float *y = dst + r * cols;
-            for (int64_t b = 0; b < nb; ++b) {
-                lmt_block_q5_K blk;  // copy: src carries no alignment guarantee
-                std::memcpy(&blk, row + static_cast<size_t>(b) * LMT_Q5K_BLOCK_BYTES, sizeof blk);
-                dequantize_block(&blk, y + b * LMT_QK_K);
-            }
-        }
-    });
+    qkx::dequantize_rows<Q5K>(src, dst, rows, cols, n_threads);
 }
 
 }  // namespace cpu
