@@ -365,6 +365,7 @@ def test_neon_paths_equal_scalar_bytes_under_qemu(tmp_path):
     d = os.path.join(root, "csrc", "cpu", "types", "q4_k")
     srcs = [os.path.join(d, f) for f in ("q4_k.cpp", "q4_k_quantize.cpp", "q4_k_scalar.cpp", "q4_k_neon.cpp")]
     srcs += [os.path.join(root, "csrc", "core", f) for f in ("thread_pool.cpp", "cpu_features.cpp")]
+    srcs.append(os.path.join(root, "csrc", "cpu", "activations_k.cpp"))
     srcs.append(os.path.join(root, "tests", "cpp", "neon", "q4_k_parity.cc"))
     exe = str(tmp_path / "q4k_neon_parity")
     subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1", "-I", os.path.join(root, "csrc"),

@@ -185,6 +185,11 @@ inline void for_row_subset(const int64_t *sel, int64_t n, const float *x, int64_
     for (int64_t k = 0; k < n; ++k) std::memcpy(logits + sel[k] * rows, lg + k * rows, sizeof(float) * (size_t)rows);
 }
 
+// x (T, cols) -> the I16 layout above, or with xr/dxr non-null the I24 layout (csrc/cpu/activations_k.cpp;
+// Q5_K's I16/I24 and Q4_K's I24 read these bytes).
+void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx, uint8_t *xr,
+                   float *dxr);
+
 struct MatvecI16Args {
     const uint8_t *w;
     int64_t rows, cols;

@@ -11,66 +11,6 @@ namespace lmt::cpu {
 
 namespace {
 
-// Round to nearest, ties to even, for |v| < 2^51 (the 1.5 * 2^52 trick; volatile keeps both
-// operations under any flags).
-static inline double round_even(double v) {
-    const double magic = 6755399441055744.0;
-    volatile double t = v + magic;
-    return t - magic;
-}
-
-// x (T, cols) -> the I24 layout of q4_k_internal.hpp. Scalar and in double, so every ISA and
-// thread count sees the same bytes (T * cols elements per call, small against the weights).
-void prepare_x_i24(const float *x, int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx, uint8_t *xr,
-                   float *dxr) {
-    const int64_t nb = cols / LMT_QK_K;
-    for (int64_t t = 0; t < T; ++t) {
-        for (int64_t b = 0; b < nb; ++b) {
-            const float *xb = x + t * cols + b * LMT_QK_K;
-            int16_t *qb = xq + t * cols + b * LMT_QK_K;
-            uint8_t *rb = xr + t * cols + b * LMT_QK_K;
-            float *sb = xsum + (t * nb + b) * 8;
-            const int64_t tb = t * nb + b;
-            float amax = 0.0f;
-            bool nonfinite = false;
-            for (int i = 0; i < LMT_QK_K; ++i) {
-                nonfinite |= is_nonfinite(xb[i]);
-                amax = std::max(amax, std::fabs(xb[i]));
-            }
-            if (nonfinite || amax == 0.0f) {
-                // NaN scales: every logit of this activation row becomes NaN (fail closed).
-                const float s = nonfinite ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-                std::fill(qb, qb + LMT_QK_K, (int16_t)0);
-                std::fill(rb, rb + LMT_QK_K, (uint8_t)0);
-                std::fill(sb, sb + 8, s);
-                dx[tb] = dxr[tb] = s;
-                continue;
-            }
-            const double step = (double)amax / 32767.0;
-            const double inv = 32767.0 / (double)amax;  // finite: amax >= 2^-149
-            const double rinv = 255.0 / step;           // finite: step >= 2^-164
-            const float dxf = (float)step, dxrf = (float)(step / 255.0);
-            for (int j = 0; j < 8; ++j) {
-                int32_t s = 0, sr = 0;
-                for (int l = 0; l < 32; ++l) {
-                    const int i = 32 * j + l;
-                    // a = floor(x / s): the residual x - a*s lies in [0, s), so b is unsigned.
-                    const double a = std::min(32767.0, std::max(-32767.0, std::floor((double)xb[i] * inv)));
-                    const double r = std::min(255.0, std::max(0.0, round_even(((double)xb[i] - a * step) * rinv)));
-                    qb[xi16_pos(i)] = (int16_t)a;
-                    rb[i] = (uint8_t)r;
-                    s += (int32_t)a;
-                    sr += (int32_t)r;
-                }
-                // The represented x's sub-block sum, with the f32 dx, dxr the kernels use, rounded once.
-                sb[j] = (float)((double)dxf * s + (double)dxrf * sr);
-            }
-            dx[tb] = dxf;
-            dxr[tb] = dxrf;
-        }
-    }
-}
-
 // Per calling thread: the prepared activations, grown, never shrunk.
 struct XI24Scratch {
     std::vector<int16_t> q;
@@ -109,7 +49,7 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
     if ((int64_t)xs.sum.size() < T * nb * 8) xs.sum.resize((size_t)(T * nb * 8));
     if ((int64_t)xs.dx.size() < T * nb) xs.dx.resize((size_t)(T * nb));
     if ((int64_t)xs.dxr.size() < T * nb) xs.dxr.resize((size_t)(T * nb));
-    prepare_x_i24(x, T, c.cols, xs.q.data(), xs.sum.data(), xs.dx.data(), xs.r.data(), xs.dxr.data());
+    prepare_x_i16(x, T, c.cols, xs.q.data(), xs.sum.data(), xs.dx.data(), xs.r.data(), xs.dxr.data());
     MatvecI16Args a{c.w, c.rows, c.cols, c.row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), T, logits};
     a.xr = xs.r.data();
     a.dxr = xs.dxr.data();
