@@ -7,6 +7,13 @@
 #include <string>
 
 #include "core/thread_pool.hpp"
+
+#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
+#include <xmmintrin.h>
+#define LMT_FPENV_SSE 1
+#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
+#define LMT_FPENV_A64 1
+#endif
 #include "lmtail/cpu.hpp"
 
 namespace lmt::cpu {
@@ -45,6 +52,64 @@ static inline uint32_t f32_bits(float x) {
     std::memcpy(&u, &x, 4);
     return u;
 }
+
+// IEEE binary32 -> binary16 as ggml converts (GGML_FP32_TO_FP16, with or without F16C): round to
+// nearest, ties to even; magnitudes from 65520 (the midpoint above 65504) round to inf; gradual
+// underflow; a NaN becomes the quiet NaN 0x7E00 with the sign kept (the payload is dropped).
+// Every quantiser's fp16 scales and the F16 type's weights go through this one function.
+static inline uint16_t f32_to_f16_rne(float f) {
+    const uint32_t u = f32_bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return sign | 0x7E00u;
+    if (a >= 0x477FF000u) return sign | 0x7C00u;
+    if (a >= 0x38800000u) {  // normal half: rebias the exponent, round 13 mantissa bits away
+        const uint32_t h = (a - (112u << 23)) >> 13, rem = a & 0x1FFFu;
+        return sign | (uint16_t)(h + (rem > 0x1000u || (rem == 0x1000u && (h & 1u))));
+    }
+    // Subnormal half (units of 2^-24): value = m * 2^(e - 150) with the implicit bit in m.
+    const uint32_t e = a >> 23;
+    const uint32_t m = e ? (a & 0x7FFFFFu) | 0x800000u : a;
+    const uint32_t s = 126u - (e ? e : 1u);  // value * 2^24 = m >> s (s >= 14)
+    if (s > 24u) return sign;                // < half a unit: rounds to zero
+    const uint32_t r = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
+    return sign | (uint16_t)(r + (rem > half || (rem == half && (r & 1u))));  // r + 1 may reach 0x400: the least normal
+}
+
+// The quantisers' bytes depend on IEEE defaults: round to nearest even and gradual underflow. A
+// library built with -ffast-math can switch a process to flush-to-zero / denormals-are-zero when
+// it is loaded, and a caller may have unmasked FP exceptions (inf*0 happens inside ggml's
+// reference algorithms for huge finite inputs). Each quantiser worker runs under the default
+// mode and restores the caller's afterwards.
+class DefaultFpMode {
+  public:
+#if defined(LMT_FPENV_SSE)
+    DefaultFpMode() : saved_(_mm_getcsr()) {
+        // Clear FTZ (bit 15), DAZ (bit 6) and rounding control (bits 13-14); mask all
+        // exceptions (bits 7-12).
+        _mm_setcsr((saved_ & ~0xE040u) | 0x1F80u);
+    }
+    ~DefaultFpMode() { _mm_setcsr(saved_); }
+
+  private:
+    unsigned int saved_;
+#elif defined(LMT_FPENV_A64)
+    DefaultFpMode() {
+        __asm__ __volatile__("mrs %0, fpcr" : "=r"(saved_));
+        // Clear FZ (bit 24), RMode (bits 22-23) and the trap enables (bits 8-12, 15).
+        const uint64_t v = saved_ & ~((1ull << 24) | (3ull << 22) | (0x1Full << 8) | (1ull << 15));
+        __asm__ __volatile__("msr fpcr, %0" : : "r"(v));
+    }
+    ~DefaultFpMode() { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_)); }
+
+  private:
+    uint64_t saved_;
+#else
+    DefaultFpMode() = default;
+#endif
+    DefaultFpMode(const DefaultFpMode &) = delete;
+    DefaultFpMode &operator=(const DefaultFpMode &) = delete;
+};
 // Non-finite test on the exponent bits: immune to -ffast-math style assumptions.
 static inline bool is_nonfinite(float x) { return (f32_bits(x) & 0x7F800000u) == 0x7F800000u; }
 // Serial scan of one row (the norms' overflow diagnosis tells a non-finite row from an overflow).

@@ -52,24 +52,6 @@ struct BF16Weights {
 // ---- ggml's fp32 -> fp16 / bf16 (what ggml_quantize_chunk writes for F16 / BF16) ----
 // Round to nearest, ties to even; magnitudes from 65520 (the midpoint above 65504) round to inf;
 // a NaN becomes ggml's quiet NaN 0x7E00 with the sign kept (ggml drops the payload).
-static inline uint16_t f32_to_f16_ggml(float f) {
-    const uint32_t u = f32_bits(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return sign | 0x7E00u;
-    if (a >= 0x477FF000u) return sign | 0x7C00u;
-    if (a >= 0x38800000u) {  // normal half: rebias the exponent, round 13 mantissa bits away
-        const uint32_t h = (a - (112u << 23)) >> 13, rem = a & 0x1FFFu;
-        return sign | (uint16_t)(h + (rem > 0x1000u || (rem == 0x1000u && (h & 1u))));
-    }
-    // Subnormal half (units of 2^-24): value = m * 2^(e - 150) with the implicit bit in m.
-    const uint32_t e = a >> 23;
-    const uint32_t m = e ? (a & 0x7FFFFFu) | 0x800000u : a;
-    const uint32_t s = 126u - (e ? e : 1u);  // value * 2^24 = m >> s (s >= 14)
-    if (s > 24u) return sign;                // < half a unit: rounds to zero
-    const uint32_t r = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
-    return sign | (uint16_t)(r + (rem > half || (rem == half && (r & 1u))));  // r + 1 may reach 0x400: the least normal
-}
 
 // ggml_compute_fp32_to_bf16: round to nearest even on the low 16 bits (carries into the exponent,
 // so overflow gives inf); a NaN keeps its high bits and gets the quiet bit (0x40) set.

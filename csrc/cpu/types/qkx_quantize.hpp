@@ -35,15 +35,10 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/internal.hpp"
 #include "lmtail/cpu.hpp"
 #include "lmtail/kernel_abi.h"
 
-#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
-#include <xmmintrin.h>
-#define LMT_QKX_FPENV_SSE 1
-#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-#define LMT_QKX_FPENV_A64 1
-#endif
 
 // Contraction of a*b+c into an FMA would change the bytes. The build passes -ffp-contract=off
 // for GCC/Clang; these pragmas keep this file exact even if compiled on its own.
@@ -96,34 +91,6 @@ inline float half_to_float(uint16_t h) {
     return bits_float(sign | (static_cast<uint32_t>(e) << 23) | ((man & 0x3FFu) << 13));
 }
 
-// IEEE binary32 -> binary16, round to nearest, ties to even; overflow gives +/-inf and NaN
-// gives a quiet NaN (0x7E00 with the sign), as ggml's portable converter does.
-inline uint16_t float_to_half(float f) {
-    const uint32_t u = float_bits(f);
-    const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-    const uint32_t mag = u & 0x7FFFFFFFu;
-
-    if (mag > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
-    if (mag >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: inf
-    if (mag >= 0x38800000u) {
-        // Normal half. Rebias the exponent (127 -> 15) and drop 13 mantissa bits with RNE; a
-        // carry out of the mantissa correctly bumps the exponent (never to inf, see above).
-        uint32_t h = (mag - 0x38000000u) >> 13;
-        const uint32_t rest = mag & 0x1FFFu;
-        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-        return static_cast<uint16_t>(sign | h);
-    }
-    if (mag < 0x33000000u) return sign;  // below half the smallest subnormal (2^-25): +/-0
-    // Subnormal half (units of 2^-24): value = sig * 2^(e-150), so units = sig >> (126 - e).
-    const uint32_t e = mag >> 23;                            // 102 .. 112
-    const uint32_t sig = (mag & 0x7FFFFFu) | 0x800000u;      // 24-bit significand
-    const uint32_t shift = 126u - e;                         // 14 .. 24
-    uint32_t h = sig >> shift;
-    const uint32_t rest = sig & ((1u << shift) - 1u);
-    const uint32_t half = 1u << (shift - 1u);
-    if (rest > half || (rest == half && (h & 1u))) ++h;     // may carry into the smallest normal
-    return static_cast<uint16_t>(sign | h);
-}
 
 // Nearest integer as ggml computes it: x + 1.5*2^23 places round-half-even(x) in the low 22
 // mantissa bits for |x| < 2^22. Outside that range (and for inf/NaN) the same bit extraction
@@ -274,8 +241,8 @@ bool quantize_block(const float *x, typename T::Block *out) {
         }
     }
     std::memcpy(out->scales, packed, sizeof packed);
-    out->d = float_to_half(top_step / static_cast<float>(kScaleMax));
-    out->dmin = float_to_half(top_offset / static_cast<float>(kScaleMax));
+    out->d = f32_to_f16_rne(top_step / static_cast<float>(kScaleMax));
+    out->dmin = f32_to_f16_rne(top_offset / static_cast<float>(kScaleMax));
 
     // Re-derive the codes against the scales actually stored (fp16 d, 6-bit sc/m). A
     // sub-block whose effective step is zero keeps the codes from its fit.
@@ -310,40 +277,6 @@ void dequantize_block(const typename T::Block *blk, float *y) {
 
 // ---- floating-point environment -----------------------------------------------------------
 
-// The bytes depend on IEEE default behaviour: round to nearest even and gradual underflow.
-// A library built with -ffast-math can switch a process to flush-to-zero / denormals-are-zero
-// when it is loaded, and a caller may have unmasked FP exceptions (inf*0 happens inside the
-// reference algorithm for huge finite inputs). Each worker runs under the default mode and
-// restores the caller's afterwards.
-class DefaultFpMode {
-  public:
-#if defined(LMT_QKX_FPENV_SSE)
-    DefaultFpMode() : saved_(_mm_getcsr()) {
-        // Clear FTZ (bit 15), DAZ (bit 6) and rounding control (bits 13-14); mask all
-        // exceptions (bits 7-12).
-        _mm_setcsr((saved_ & ~0xE040u) | 0x1F80u);
-    }
-    ~DefaultFpMode() { _mm_setcsr(saved_); }
-
-  private:
-    unsigned int saved_;
-#elif defined(LMT_QKX_FPENV_A64)
-    DefaultFpMode() {
-        __asm__ __volatile__("mrs %0, fpcr" : "=r"(saved_));
-        // Clear FZ (bit 24), RMode (bits 22-23) and the trap enables (bits 8-12, 15).
-        const uint64_t v = saved_ & ~((1ull << 24) | (3ull << 22) | (0x1Full << 8) | (1ull << 15));
-        __asm__ __volatile__("msr fpcr, %0" : : "r"(v));
-    }
-    ~DefaultFpMode() { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_)); }
-
-  private:
-    uint64_t saved_;
-#else
-    DefaultFpMode() = default;
-#endif
-    DefaultFpMode(const DefaultFpMode &) = delete;
-    DefaultFpMode &operator=(const DefaultFpMode &) = delete;
-};
 
 // ---- argument checks and row threading -----------------------------------------------------
 

@@ -1,5 +1,5 @@
 // F16 (ggml type 1): the type-table row. quantize is ggml_fp32_to_fp16 per weight
-// (f32_to_f16_ggml), dequantize and the matvec widen exactly (cpu/types/float_common.hpp).
+// (f32_to_f16_rne), dequantize and the matvec widen exactly (cpu/types/float_common.hpp).
 #include "cpu/types/float_common.hpp"
 
 namespace lmt::cpu {
@@ -18,6 +18,6 @@ void f16_matvec(const MatvecCall &c) {
 }  // namespace
 
 const CpuTypeImpl kCpuF16{WeightType::F16, precision_bit(Precision::F32), Precision::F32, f16_matvec,
-                          float_quantize_16<f32_to_f16_ggml>, float_dequantize<F16Weights>};
+                          float_quantize_16<f32_to_f16_rne>, float_dequantize<F16Weights>};
 
 }  // namespace lmt::cpu

@@ -24,26 +24,6 @@ namespace {
 constexpr int kQK = LMT_Q4_0_BLOCK_ELEMS;
 constexpr size_t kBB = LMT_Q4_0_BLOCK_BYTES;
 
-// IEEE binary32 -> binary16, round to nearest even, overflow to inf (ggml's converter).
-uint16_t f32_to_f16(float f) {
-    const uint32_t u = f32_bits(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t mag = u & 0x7FFFFFFFu;
-    if (mag > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
-    if (mag >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);
-    if (mag >= 0x38800000u) {
-        uint32_t h = (mag - 0x38000000u) >> 13;
-        const uint32_t rest = mag & 0x1FFFu;
-        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-        return (uint16_t)(sign | h);
-    }
-    if (mag < 0x33000000u) return sign;
-    const uint32_t e = mag >> 23, sig = (mag & 0x7FFFFFu) | 0x800000u, shift = 126u - e;
-    uint32_t h = sig >> shift;
-    const uint32_t rest = sig & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rest > half || (rest == half && (h & 1u))) ++h;
-    return (uint16_t)(sign | h);
-}
 
 // ggml's (int8_t)(float): truncation to int32 as x86's cvttss2si (out of range or NaN gives
 // INT32_MIN), then the low byte. Only reached out of range when 1/d overflowed to inf (|max| <
@@ -65,7 +45,7 @@ bool quantize_block(const float *x, lmt_block_q4_0 *y) {
     }
     const float d = max / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y->d = f32_to_f16(d);
+    y->d = f32_to_f16_rne(d);
     for (int j = 0; j < kQK / 2; ++j) {
         const int8_t a = trunc_i8(x[j] * id + 8.5f), b = trunc_i8(x[kQK / 2 + j] * id + 8.5f);
         const uint8_t xi0 = (uint8_t)std::min<int>(15, a), xi1 = (uint8_t)std::min<int>(15, b);

@@ -19,12 +19,6 @@
 
 #include "cpu/types/q6_k/q6k.hpp"
 
-#if defined(__SSE2__) || defined(_M_X64)
-#include <xmmintrin.h>
-#define LMT_Q6K_FPENV_SSE 1
-#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-#define LMT_Q6K_FPENV_A64 1
-#endif
 
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -45,27 +39,6 @@ inline uint32_t fbits(float f) {
     return u;
 }
 
-// IEEE binary32 -> binary16, round to nearest even, overflow to inf, gradual underflow, NaN ->
-// quiet NaN: ggml's portable converter (the one its reference quantisers run).
-inline uint16_t to_half(float f) {
-    const uint32_t u = fbits(f);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    const uint32_t mag = u & 0x7FFFFFFFu;
-    if (mag > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);
-    if (mag >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);
-    if (mag >= 0x38800000u) {
-        uint32_t h = (mag - 0x38000000u) >> 13;
-        const uint32_t rest = mag & 0x1FFFu;
-        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-        return (uint16_t)(sign | h);
-    }
-    if (mag < 0x33000000u) return sign;
-    const uint32_t e = mag >> 23, sig = (mag & 0x7FFFFFu) | 0x800000u, shift = 126u - e;
-    uint32_t h = sig >> shift;
-    const uint32_t rest = sig & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rest > half || (rest == half && (h & 1u))) ++h;
-    return (uint16_t)(sign | h);
-}
 
 // ggml's nearest_int: pure float addition and a bit read, defined for every input.
 inline int32_t nearest(float x) {
@@ -142,7 +115,7 @@ bool quantize_block(const float *x, lmt_block_q6_K *y) {
         return finite;
     }
     const float iscale = -128.0f / max_scale;
-    y->d = to_half(1.0f / iscale);
+    y->d = f32_to_f16_rne(1.0f / iscale);
     for (int ib = 0; ib < kNSub; ++ib) {
         // MIN(127, nearest_int(..)) stored to int8_t (modular, as the reference's conversion).
         y->scales[ib] = (int8_t)(uint8_t)(uint32_t)std::min(127, nearest(iscale * scales[ib]));
@@ -167,32 +140,6 @@ bool quantize_block(const float *x, lmt_block_q6_K *y) {
     return finite && (y->d & 0x7C00u) != 0x7C00u;
 }
 
-// The bytes depend on IEEE defaults (round to nearest, gradual underflow): each worker runs
-// under them and restores the caller's mode (a -ffast-math library may have set FTZ/DAZ).
-class DefaultFpMode {
-  public:
-#if defined(LMT_Q6K_FPENV_SSE)
-    DefaultFpMode() : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~0xE040u) | 0x1F80u); }
-    ~DefaultFpMode() { _mm_setcsr(saved_); }
-
-  private:
-    unsigned int saved_;
-#elif defined(LMT_Q6K_FPENV_A64)
-    DefaultFpMode() {
-        __asm__ __volatile__("mrs %0, fpcr" : "=r"(saved_));
-        const uint64_t v = saved_ & ~((1ull << 24) | (3ull << 22) | (0x1Full << 8) | (1ull << 15));
-        __asm__ __volatile__("msr fpcr, %0" : : "r"(v));
-    }
-    ~DefaultFpMode() { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_)); }
-
-  private:
-    uint64_t saved_;
-#else
-    DefaultFpMode() = default;
-#endif
-    DefaultFpMode(const DefaultFpMode &) = delete;
-    DefaultFpMode &operator=(const DefaultFpMode &) = delete;
-};
 
 }  // namespace
 

@@ -20,12 +20,6 @@
 #include "cpu/types/q8_0/q8_0.hpp"
 #include "cpu/types/types.hpp"
 
-#if defined(__SSE2__) || defined(_M_X64)
-#include <xmmintrin.h>
-#define LMT_Q8_0_FPENV_SSE 1
-#elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
-#define LMT_Q8_0_FPENV_A64 1
-#endif
 
 namespace lmt::cpu {
 
@@ -33,52 +27,7 @@ namespace {
 
 constexpr int kQ = LMT_Q8_0_BLOCK_ELEMS;
 
-// The quantiser's bytes depend on gradual underflow (subnormal d) and round-to-nearest: a
-// fast-math library loaded into the process may have set FTZ/DAZ. Each worker runs in IEEE
-// default mode and restores the caller's.
-class DefaultFpMode {
-  public:
-#if defined(LMT_Q8_0_FPENV_SSE)
-    DefaultFpMode() : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~0xE040u) | 0x1F80u); }
-    ~DefaultFpMode() { _mm_setcsr(saved_); }
 
-  private:
-    unsigned int saved_;
-#elif defined(LMT_Q8_0_FPENV_A64)
-    DefaultFpMode() {
-        __asm__ __volatile__("mrs %0, fpcr" : "=r"(saved_));
-        const uint64_t v = saved_ & ~((1ull << 24) | (3ull << 22) | (0x1Full << 8) | (1ull << 15));
-        __asm__ __volatile__("msr fpcr, %0" : : "r"(v));
-    }
-    ~DefaultFpMode() { __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_)); }
-
-  private:
-    uint64_t saved_;
-#else
-    DefaultFpMode() = default;
-#endif
-    DefaultFpMode(const DefaultFpMode &) = delete;
-    DefaultFpMode &operator=(const DefaultFpMode &) = delete;
-};
-
-// f32 -> IEEE half, round to nearest even, overflow to inf, gradual underflow (what ggml's
-// GGML_FP32_TO_FP16 computes, with or without F16C). Only finite inputs reach it.
-uint16_t f32_to_f16_rne(float f) {
-    const uint32_t x = f32_bits(f);
-    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    const uint32_t ax = x & 0x7FFFFFFFu;
-    if (ax >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520: the tie above 65504 goes to inf
-    if (ax < 0x38800000u) {                        // below 2^-14: a half subnormal (or 0)
-        // |f| * 2^24 is exact (a power-of-two scale of a value < 2^-14) and < 1024; adding and
-        // subtracting 2^23 rounds it to an integer, ties to even. 1024 encodes 2^-14 exactly.
-        volatile float v = std::fabs(f) * 16777216.0f + 8388608.0f;
-        return sign | (uint16_t)(v - 8388608.0f);
-    }
-    uint32_t h = (((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3FFu);
-    const uint32_t rem = ax & 0x1FFFu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
-    return sign | (uint16_t)h;
-}
 
 // One block; false when it must be refused (non-finite weight or fp16 d overflow).
 bool quantize_block(const float *x, lmt_block_q8_0 *out) {
