@@ -32,7 +32,8 @@ lmt::cpu::Precision parse_precision(const std::string &s) {
     if (s == "f32") return lmt::cpu::Precision::F32;
     if (s == "i16") return lmt::cpu::Precision::I16;
     if (s == "i24") return lmt::cpu::Precision::I24;
-    throw lmt::ArgumentError("precision: expected 'default', 'f32', 'i16' or 'i24'; found '" + s + "'");
+    if (s == "ggml") return lmt::cpu::Precision::Ggml;
+    throw lmt::ArgumentError("precision: expected 'default', 'f32', 'i16', 'i24' or 'ggml'; found '" + s + "'");
 }
 
 // lmtail._core.CpuHead: lmt::Head (lmtail/head.hpp) for lmtail.Head(backend="cpu"). It holds a

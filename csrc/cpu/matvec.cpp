@@ -18,6 +18,7 @@ const char *precision_name(Precision p) {
         case Precision::F32: return "f32";
         case Precision::I16: return "i16";
         case Precision::I24: return "i24";
+        case Precision::Ggml: return "ggml";
         case Precision::Default: return "default";
     }
     return "unknown";

@@ -17,7 +17,7 @@ from ._types import GGMLType, ggml_type
 from .errors import BackendError, ParameterError, UnsupportedError
 
 # Every precision name any backend knows (lmt::cpu::Precision without "default").
-PRECISION_NAMES = ("f32", "i16", "i24")
+PRECISION_NAMES = ("f32", "i16", "i24", "ggml")
 # The ops on float32 rows (their only dtype is F32, their only precision f32).
 FLOAT_OPS = ("rms_norm", "layer_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
 

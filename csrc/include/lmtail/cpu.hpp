@@ -78,8 +78,9 @@ void layer_norm(const float *x, const float *gamma, float *y, int64_t n_rows, in
 //        1.1-1.2x the I16 cost: the CPU default (docs/DESIGN.md, "Activation precision").
 // All are byte-identical across SIMD paths and thread counts, and batch invariant.
 // Default (-1) asks for the weight type's default precision (default_precision below).
-enum class Precision : int { Default = -1, F32 = 0, I16 = 1, I24 = 2 };
-// "f32" / "i16" / "i24" / "default"
+// Ggml: the bytes of ggml's CPU mul_mat (llama.cpp's logits) for the ggml build named by the isa.
+enum class Precision : int { Default = -1, F32 = 0, I16 = 1, I24 = 2, Ggml = 3 };
+// "f32" / "i16" / "i24" / "ggml" / "default"
 const char *precision_name(Precision p);
 
 // ---- Weight types (the CPU column of the capability table) --------------------------------
