@@ -6,7 +6,8 @@
 // Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -Icsrc/include -Icsrc/cuda
 //   bench/cuda/mmv_prof.cu -o /tmp/mmv_prof
 // Run: /tmp/mmv_prof REPS variant...   (e.g. /tmp/mmv_prof 31 a s16b1 i16p2)
-#include "mul_mv_q5_K.cu"
+#include "mul_mv_q5_K_variants.cu"
+using namespace lmt::cuda::bench;
 
 #include <algorithm>
 #include <cmath>
