@@ -5,7 +5,7 @@
 set -u
 SKB=${SKB:-/tmp/skb}
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT/sweep"
+mkdir -p /tmp/sweep
 pairs=${*:-"4:4 4:2 8:2 8:4 4:8 2:4"}
 core=$(find "$SKB" -name 'liblmtail_core*.a' | head -1)
 for p in $pairs; do
@@ -13,7 +13,7 @@ for p in $pairs; do
     ( nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -prec-div=true -prec-sqrt=true -DLMT_MV_WARPS=$w -DLMT_MV_ROWS=$r \
         -Icsrc/include -Icsrc bench/cuda/cuda_check.cu csrc/cuda/mul_mv.cu csrc/cuda/rms_norm.cu csrc/cuda/unary.cu \
         csrc/cuda/argmax.cu csrc/cuda/topk.cu "$core" -o "/tmp/mv_${w}_${r}.bin" -lpthread \
-        > "$OUT/sweep/build_${w}_${r}.txt" 2>&1 ) &
+        > "/tmp/sweep/build_${w}_${r}.txt" 2>&1 ) &
 done
 wait
 for p in $pairs; do
@@ -21,3 +21,4 @@ for p in $pairs; do
     echo "== warps $w rows $r"
     [ -x "/tmp/mv_${w}_${r}.bin" ] && timeout 120 "/tmp/mv_${w}_${r}.bin" 202048 6656 11 bench-only | grep -E "^\||copy bandwidth"
 done
+tail -3 /tmp/sweep/build_*.txt

@@ -1,43 +1,51 @@
 #!/usr/bin/env bash
-# One device-tool call for the CUDA backend: build lmtail (pip, LMTAIL_CUDA=ON; lmtail_cuda_check
-# comes with it), run the CUDA tests, lmtail_cuda_check (every kernel and every weight type vs the
-# CPU backend), compute-sanitizer memcheck/racecheck/synccheck, and the per-type bench table
-# (bench/bench_cuda.py --types). With WITH_GGML=1 (ggml sources in .anchor/ggml or LMTAIL_GGML_SRC)
-# also the same-run ggml anchor for Q5_K. Every step has a timeout and its own log under $OUT;
-# a failing step does not stop the others. Usage (repo root): bash bench/cuda/run_on_device.sh
+# One device-tool call for the CUDA backend, everything under one deadline (BUDGET seconds, default
+# 560): build lmtail (pip, LMTAIL_CUDA=ON; lmtail_cuda_check comes with it), every weight type's
+# checks (lmtail_cuda_check ... types), the per-type bench table (bench/bench_cuda.py --types), the
+# CUDA tests, the full lmtail_cuda_check, compute-sanitizer memcheck/racecheck/synccheck, and with
+# SWEEP=1 the launch-geometry sweep (bench/cuda/mv_sweep.sh); with WITH_GGML=1 (ggml sources in
+# .anchor/ggml or LMTAIL_GGML_SRC) also the same-run ggml anchor for Q5_K. Each step has a timeout
+# (cut to what is left of the deadline) and its own log under $OUT; a failing step does not stop
+# the others; $OUT/summary.txt lists every step's exit status and seconds.
+# Usage (repo root): bash bench/cuda/run_on_device.sh
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 SKB=${SKB:-/tmp/skb}
-step() {  # step NAME TIMEOUT CMD...: run, log to $OUT/NAME.txt, record rc in $OUT/summary.txt
+END=$(( $(date +%s) + ${BUDGET:-560} ))
+step() {  # step NAME TIMEOUT CMD...
     local name=$1 t=$2
     shift 2
+    local left=$(( END - $(date +%s) - 5 ))
+    [ "$t" -gt "$left" ] && t=$left
+    if [ "$t" -le 5 ]; then echo "$name skipped (deadline)" | tee -a "$OUT/summary.txt"; return 1; fi
     local t0=$(date +%s)
     timeout "$t" "$@" > "$OUT/$name.txt" 2>&1
     local rc=$?
     echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$OUT/summary.txt"
     return $rc
 }
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv > "$OUT/summary.txt" 2>&1
 if [ "${WITH_GGML:-0}" = 1 ]; then
     (step anchor_build 420 python3 bench/bench_cuda.py --build-dir /tmp/anc --build-only) &
     anc=$!
 fi
-step pip 420 env CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-16} python3 -m pip install -q --no-build-isolation --no-deps \
+step pip 300 env CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-16} python3 -m pip install -q --no-build-isolation --no-deps \
     -Ccmake.define.LMTAIL_CUDA=ON -Ccmake.define.LMTAIL_EMU=OFF -Cbuild-dir="$SKB" .
-[ -x "$SKB/lmtail_cuda_check" ] || step check_build 300 cmake --build "$SKB" --target lmtail_cuda_check
-step types_check 240 "$SKB/lmtail_cuda_check" 4097 1536 3 types
-step pytest 420 python3 -m pytest -q -p no:cacheprovider -x tests/test_cuda.py tests/test_capabilities.py \
+[ -x "$SKB/lmtail_cuda_check" ] || step check_build 200 cmake --build "$SKB" --target lmtail_cuda_check
+step types_check 120 "$SKB/lmtail_cuda_check" 4097 1536 3 types
+step bench_types 150 python3 bench/bench_cuda.py --types --reps 21 --check-bin "$SKB/lmtail_cuda_check"
+[ "${SWEEP:-0}" = 1 ] && step sweep 200 env SKB="$SKB" OUT="$OUT" bash bench/cuda/mv_sweep.sh ${SWEEP_PAIRS:-}
+step pytest 300 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_capabilities.py \
     tests/test_ops_matrix.py -k "cuda or capabilit or table"
-step cuda_check 240 "$SKB/lmtail_cuda_check" 202048 6656 11
+step cuda_check 120 "$SKB/lmtail_cuda_check" 202048 6656 11
 for tool in memcheck racecheck synccheck; do
-    step "sanitize_$tool" 240 compute-sanitizer --tool $tool --error-exitcode 9 "$SKB/lmtail_cuda_check" 4097 1536 2 types
+    step "sanitize_$tool" 150 compute-sanitizer --tool $tool --error-exitcode 9 "$SKB/lmtail_cuda_check" 1024 768 1 types
 done
-step bench_types 300 python3 bench/bench_cuda.py --types --reps 21 --check-bin "$SKB/lmtail_cuda_check"
 if [ "${WITH_GGML:-0}" = 1 ]; then
     wait $anc
     step bench_ggml 300 python3 bench/bench_cuda.py --build-dir /tmp/anc --reps 51
 fi
-grep -hE "FAIL|MISMATCH|ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|ALL CHECKS" "$OUT"/*.txt > "$OUT/highlights.txt" 2>/dev/null
+grep -hE "FAIL|MISMATCH|ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|ALL CHECKS|NO" "$OUT"/*.txt > "$OUT/highlights.txt" 2>/dev/null
 echo done
