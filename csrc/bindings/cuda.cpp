@@ -6,6 +6,7 @@
 // lmtail.Head (routes A/B/C).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <string>

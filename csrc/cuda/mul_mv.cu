@@ -67,10 +67,16 @@ __device__ __forceinline__ uint32_t ld2_a2(const uint8_t *p) {
     return (uint32_t)__ldg(reinterpret_cast<const unsigned short *>(p));
 }
 
+// Steps per chunk for the quantised types (see mul_mv); performance only.
+#ifndef LMT_MV_AHEAD
+#define LMT_MV_AHEAD 2
+#endif
+
 // ---- the types: Raw (what a lane loads for one row and step), load, decode ----------------------
 // decode gives the 8 q (exact) and the chunk's scale (and min for the K4/K5 pair).
 
 struct TypeQ5K {
+    static constexpr int kAhead = LMT_MV_AHEAD;
     static constexpr bool kMin = true, kScaled = true;
     struct Raw { uint4 hd; uint2 qs, qh; };
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -101,6 +107,7 @@ struct TypeQ5K {
 };
 
 struct TypeQ4K {
+    static constexpr int kAhead = LMT_MV_AHEAD;
     static constexpr bool kMin = true, kScaled = true;
     struct Raw { uint4 hd; uint2 qs; };
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -117,6 +124,7 @@ struct TypeQ4K {
 };
 
 struct TypeQ6K {
+    static constexpr int kAhead = LMT_MV_AHEAD;
     static constexpr bool kMin = false, kScaled = true;
     struct Raw { uint2 ql, qh; uint32_t sd; };  // sd: int8 scale (low byte), f16 d (high half)
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -137,6 +145,7 @@ struct TypeQ6K {
 };
 
 struct TypeQ8_0 {
+    static constexpr int kAhead = LMT_MV_AHEAD;
     static constexpr bool kMin = false, kScaled = true;
     struct Raw { uint2 qs; uint32_t d; };
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -152,6 +161,7 @@ struct TypeQ8_0 {
 };
 
 struct TypeQ4_0 {
+    static constexpr int kAhead = LMT_MV_AHEAD;
     static constexpr bool kMin = false, kScaled = true;
     struct Raw { uint2 qs; uint32_t d; };
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -168,6 +178,7 @@ struct TypeQ4_0 {
 };
 
 struct TypeF16 {
+    static constexpr int kAhead = 1;
     static constexpr bool kMin = false, kScaled = false;
     struct Raw { uint4 v; };
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -186,6 +197,7 @@ struct TypeF16 {
 };
 
 struct TypeBF16 {
+    static constexpr int kAhead = 1;
     static constexpr bool kMin = false, kScaled = false;
     struct Raw { uint4 v; };
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -204,6 +216,7 @@ struct TypeBF16 {
 };
 
 struct TypeF32 {
+    static constexpr int kAhead = 1;
     static constexpr bool kMin = false, kScaled = false;
     struct Raw { float4 a, b; };
     static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
@@ -249,27 +262,37 @@ __global__ void __launch_bounds__(kWarps * 32) mul_mv(const uint8_t *__restrict_
 #pragma unroll
         for (int t = 0; t < TG; ++t) acc[r][t] = 0.0f;
 
-    typename Ty::Raw cur[R], nxt[R];
-    if (8 * L < cols) {
+    // Steps go in chunks of A: chunk c + 1's bytes (A steps x R rows per lane) are in flight while
+    // chunk c is decoded and applied. A > 1 for the quantised types, whose bytes per step are few.
+    constexpr int A = Ty::kAhead;
+    const int chunks = (steps + A - 1) / A;
+    typename Ty::Raw cur[A][R], nxt[A][R];
+    auto load_chunk = [&](int ch, typename Ty::Raw (&buf)[A][R]) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) Ty::load(rp[r], 0, L, cur[r]);
-    }
-    for (int s = 0; s < steps; ++s) {
-        const int c0 = 256 * s + 8 * L;
-        // Step s + 1's bytes are in flight while step s is decoded and applied.
-        if (s + 1 < steps && c0 + 256 < cols) {
+        for (int a = 0; a < A; ++a) {
+            const int st = ch * A + a;
+            if (st < steps && 256 * st + 8 * L < cols) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) Ty::load(rp[r], s + 1, L, nxt[r]);
+                for (int r = 0; r < R; ++r) Ty::load(rp[r], st, L, buf[a][r]);
+            }
         }
-        if (c0 < cols) {
+    };
+    load_chunk(0, cur);
+    for (int ch = 0; ch < chunks; ++ch) {
+        if (ch + 1 < chunks) load_chunk(ch + 1, nxt);
+#pragma unroll
+        for (int a = 0; a < A; ++a) {
+            const int s = ch * A + a;
+            const int c0 = 256 * s + 8 * L;
+            if (s >= steps || c0 >= cols) continue;
             float xv[TG][8];
 #pragma unroll
             for (int t = 0; t < TG; ++t) {
                 if (t < T) {
                     const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * cols + c0);
-                    const float4 a = __ldg(xp), b = __ldg(xp + 1);
-                    xv[t][0] = a.x; xv[t][1] = a.y; xv[t][2] = a.z; xv[t][3] = a.w;
-                    xv[t][4] = b.x; xv[t][5] = b.y; xv[t][6] = b.z; xv[t][7] = b.w;
+                    const float4 u = __ldg(xp), v = __ldg(xp + 1);
+                    xv[t][0] = u.x; xv[t][1] = u.y; xv[t][2] = u.z; xv[t][3] = u.w;
+                    xv[t][4] = v.x; xv[t][5] = v.y; xv[t][6] = v.z; xv[t][7] = v.w;
                 } else {
 #pragma unroll
                     for (int i = 0; i < 8; ++i) xv[t][i] = 0.0f;
@@ -279,16 +302,16 @@ __global__ void __launch_bounds__(kWarps * 32) mul_mv(const uint8_t *__restrict_
             if (Ty::kMin) {
 #pragma unroll
                 for (int t = 0; t < TG; ++t) {
-                    float a = xv[t][0];
+                    float u = xv[t][0];
 #pragma unroll
-                    for (int i = 1; i < 8; ++i) a = __fadd_rn(a, xv[t][i]);
-                    xs[t] = a;
+                    for (int i = 1; i < 8; ++i) u = __fadd_rn(u, xv[t][i]);
+                    xs[t] = u;
                 }
             }
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 float q[8], scale, mn;
-                Ty::decode(cur[r], L, q, scale, mn);
+                Ty::decode(cur[a][r], L, q, scale, mn);
 #pragma unroll
                 for (int t = 0; t < TG; ++t) {
                     float S = __fmul_rn(q[0], xv[t][0]);
@@ -302,7 +325,9 @@ __global__ void __launch_bounds__(kWarps * 32) mul_mv(const uint8_t *__restrict_
             }
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) cur[r] = nxt[r];
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+            for (int r = 0; r < R; ++r) cur[a][r] = nxt[a][r];
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
