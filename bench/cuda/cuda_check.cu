@@ -57,7 +57,7 @@ static void time_it(const char *name, int reps, double bytes, F &&f) {
 
 // Top-k sweep against the CPU backend: awkward n, k across the supported range, several rows,
 // ties, signed zeros, infinities and NaN, misaligned rows; both the radix-select path (default)
-// and the bitonic fallback (LMTAIL_CUDA_TOPK=bitonic) must give the CPU's ids and value bits.
+// and the bitonic fallback (topk_force_bitonic_for_testing) must give the CPU's ids and value bits.
 static int check_topk_sweep(int n_max, bool small) {
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -122,7 +122,7 @@ static int check_topk_sweep(int n_max, bool small) {
         float *xin = dx + (cs.misalign ? 1 : 0);
         LMT_CUDA_CHECK(cudaMemcpy(xin, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         for (const char *path : {"radix", "bitonic"}) {
-            setenv("LMTAIL_CUDA_TOPK", path, 1);
+            cuda::topk_force_bitonic_for_testing(std::strcmp(path, "bitonic") == 0);
             for (int rep = 0; rep < 2; ++rep) {  // twice: the arrival counters must be reset
                 LMT_CUDA_CHECK(cudaMemset(di, 0xFF, cids.size() * 4));
                 cuda::launch_topk_rows(xin, cs.rows, cs.n, cs.k, dscr, di, dv, 0);
@@ -138,7 +138,7 @@ static int check_topk_sweep(int n_max, bool small) {
                 }
             }
         }
-        unsetenv("LMTAIL_CUDA_TOPK");
+        cuda::topk_force_bitonic_for_testing(false);
         cudaFree(dx);
         cudaFree(dscr);
         cudaFree(di);
@@ -493,9 +493,9 @@ int main(int argc, char **argv) {
     }
     time_it("argmax one row (2 phases)", reps, 0, [&] { cuda::launch_argmax_rows(dL, 1, rows, false, nullptr, dKey, dBad, dOut, st); });
     time_it("top-40 one row", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
-    setenv("LMTAIL_CUDA_TOPK", "bitonic", 1);
+    cuda::topk_force_bitonic_for_testing(true);
     time_it("top-40 one row [bitonic, before]", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
-    unsetenv("LMTAIL_CUDA_TOPK");
+    cuda::topk_force_bitonic_for_testing(false);
     time_it("top-40 8 rows", reps, 0, [&] { cuda::launch_topk_rows(dL, 8, rows, K, dTopScratch, dIds, dVals, st); });
     {
         uint64_t *dS;

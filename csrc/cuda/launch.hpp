@@ -32,4 +32,9 @@ size_t topk_scratch_elems(int rows, int n, int k);
 void launch_topk_rows(const float *x, int rows, int n, int k, uint64_t *scratch, uint32_t *ids, float *vals,
                       cudaStream_t stream);
 
+// Test and benchmark hooks (lmtail_cuda_check): force the other, result-identical path. The
+// product never calls them; no environment variable selects a kernel.
+void topk_force_bitonic_for_testing(bool on);
+void argmax_force_two_phase_for_testing(bool on);
+
 }  // namespace lmt::cuda

@@ -1,14 +1,14 @@
 // y[t][r] = sum_c W[r][c] x[t][c] for every weight type the CUDA backend runs (Q6_K, Q8_0, Q4_0,
 // Q4_K, Q5_K, F16, BF16, F32), f32 activations and f32 accumulation, T >= 1 tokens.
 //
-// One kernel template for every type and every T (docs/DESIGN.md, "CUDA matvec"):
+// One kernel template for every type and every T (docs/DESIGN.md, "CUDA backend"):
 // * Lane L of a warp owns columns [256 s + 8 L, 256 s + 8 L + 8) of step s, whatever the type (a
 //   quarter of a Q8_0/Q4_0 block, an eighth of a K sub-block pair, 8 floats). Those 8 weights
 //   share one block scale (and min), so the lane's partial for one row and token is
 //       S = sum_i q_i x_i  (8 exact small integers q_i, or the float weights themselves)
 //       p = scale * S - min * sum_i x_i          (the min term for Q4_K/Q5_K only)
 //   and the lane adds p to its accumulator: 8-term chains, then one add per step (a blocked sum;
-//   ~1.5e-7 normwise at 6656 columns), then a fixed xor-shuffle tree over the 32 lanes.
+//   <= 2.5e-7 normwise from f64 at 6656 columns), then a fixed xor-shuffle tree over the 32 lanes.
 // * Batch invariance by construction: each lane decodes its weights once per step and applies
 //   them to the TG tokens of its group in registers, with the same instruction sequence for every
 //   token (explicit fmaf/__fmul_rn/__fadd_rn, and the library builds with --fmad=false, so nothing
@@ -17,9 +17,10 @@
 //   logits of a token are the same bytes at T = 1 and inside any batch.
 // * Selection rule (launch_mul_mv): tokens in groups of 8 (one launch per group, each reading the
 //   weights once); a group of n < 8 tokens runs the smallest TG in {1, 2, 4, 8} >= n (the extra
-//   token slots carry zeros and are not stored). R = 4 rows per warp for every TG (each lane's x
-//   loads are shared by 4 rows; with fewer, the L1 traffic for x matches the FMA issue rate at
-//   TG = 8). Nothing else (no environment variable, no device query) changes what is computed.
+//   token slots carry zeros and are not stored). 4 warps per CTA, R = 4 rows per warp for every TG
+//   (each lane's x loads are shared by 4 rows), one step of weight bytes in flight per lane. The
+//   geometry (bench/cuda/mv_sweep.sh) changes no result; nothing else (no environment variable,
+//   no device query) chooses anything.
 #include "common.cuh"
 #include "launch.hpp"
 
@@ -67,9 +68,9 @@ __device__ __forceinline__ uint32_t ld2_a2(const uint8_t *p) {
     return (uint32_t)__ldg(reinterpret_cast<const unsigned short *>(p));
 }
 
-// Steps per chunk for the quantised types (see mul_mv); performance only.
+// Steps per chunk for the quantised types (see mul_mv); performance only, 1 measured best.
 #ifndef LMT_MV_AHEAD
-#define LMT_MV_AHEAD 2
+#define LMT_MV_AHEAD 1
 #endif
 
 // ---- the types: Raw (what a lane loads for one row and step), load, decode ----------------------
@@ -263,7 +264,9 @@ __global__ void __launch_bounds__(kWarps * 32) mul_mv(const uint8_t *__restrict_
         for (int t = 0; t < TG; ++t) acc[r][t] = 0.0f;
 
     // Steps go in chunks of A: chunk c + 1's bytes (A steps x R rows per lane) are in flight while
-    // chunk c is decoded and applied. A > 1 for the quantised types, whose bytes per step are few.
+    // chunk c is decoded and applied. A = 1 for every type: A = 2 or 4 for the quantised types
+    // (more bytes in flight) measured slower, the extra registers cost more occupancy than the
+    // loads gained (docs/NOTES.md).
     constexpr int A = Ty::kAhead;
     const int chunks = (steps + A - 1) / A;
     typename Ty::Raw cur[A][R], nxt[A][R];
