@@ -31,11 +31,13 @@ def test_shape_and_every_backend():
             assert col[op]["dtypes"] in (["F32"], [])
         assert "rms" in col["head"]["norms"] and "none" in col["head"]["norms"]
         assert ("layer" in col["head"]["norms"]) == bool(col["layer_norm"]["dtypes"]) or b == "cuda"
-    # Batch invariance is a property users can check: everywhere but CUDA (T = 1 and T > 1 kernels differ).
+    # Batch invariance is a property users can check: every backend.
     assert {b: caps[b]["matvec"]["batch_invariant"] for b in caps} == {
-        "cpu": True, "metal": True, "metal-emu": True, "cuda": False}
-    # The device backends keep Q5_K only, at f32.
-    for b in ("metal", "metal-emu", "cuda"):
+        "cpu": True, "metal": True, "metal-emu": True, "cuda": True}
+    # cuda runs every type at f32 (csrc/cuda/mul_mv.cu); the Metal backends keep Q5_K only.
+    assert caps["cuda"]["matvec"]["dtypes"] == ["Q6_K", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "F16", "BF16", "F32"]
+    assert all(v == {"precisions": ["f32"], "default": "f32"} for v in caps["cuda"]["matvec"]["by_dtype"].values())
+    for b in ("metal", "metal-emu"):
         assert caps[b]["matvec"]["dtypes"] == ["Q5_K"]
         assert caps[b]["matvec"]["by_dtype"]["Q5_K"] == {"precisions": ["f32"], "default": "f32"}
     # A fresh dict each call: callers may edit theirs.

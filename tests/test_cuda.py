@@ -32,51 +32,136 @@ def test_matvec_and_norm(rows, cols, T):
     assert np.allclose(ops.rms_norm(x, g), ops.rms_norm(x, g, backend="cuda"), rtol=1e-6, atol=1e-7)
 
 
-def _close_elementwise(a, b, q, x):
-    # |a - b| <= MATVEC_REL * (|W| @ |x|) per logit: the normwise bound is meaningless on a handful
-    # of rows, where one cancelling dot product (|sum w x| << sum |w x|) dominates the norm.
-    scale = np.abs(lmtail.dequantize_q5_k(q).astype(np.float64)) @ np.abs(x.astype(np.float64)).T
-    return bool(np.all(np.abs(a.astype(np.float64) - b).T <= MATVEC_REL * scale))
+CUDA_TYPES = lmtail.capabilities()["cuda"]["matvec"]["dtypes"]
+BLOCK = {r["name"]: r["block_elems"] for r in lmtail._core.cpu_types()}
 
 
-@pytest.mark.parametrize("variant", ["i16p2", "i16b1", "s16b1", "a", "v1"])
-@pytest.mark.parametrize("rows,cols", [(1, 256), (13, 768), (9, 1280), (1003, 6656)])
-def test_matvec_t1_variants(monkeypatch, variant, rows, cols):
-    # T = 1 has its own kernels (v4 i16p2 default, v3 s16b1: 2-row streams walked 4 blocks per step,
-    # ragged when 2 * cols / 256 is not a multiple of 4 or rows not of 8); every variant must stay
-    # within the same bound of the CPU's f32 result, and give the same bytes twice.
-    monkeypatch.setenv("LMTAIL_CUDA_MMV", variant)
-    q = q5k_matrix(rows, cols, seed=rows + cols)
-    x = (np.random.default_rng(cols).standard_normal((1, cols)) * 3).astype(np.float32)
-    x[0, ::17] *= 50  # a few large activations: per-block scales on the integer path
-    a = ops.matvec_q5_k(q, x, precision="f32")
-    b = ops.matvec_q5_k(q, x, backend="cuda")
-    assert _close_elementwise(a, b, q, x)
-    if rows >= 1000:
-        assert np.linalg.norm(a - b) <= MATVEC_REL * np.linalg.norm(a)
-    assert np.array_equal(bits(b), bits(ops.matvec_q5_k(q, x, backend="cuda")))
+def test_type_table_is_the_kernel_table():
+    # The capability table's cuda column lists exactly the types csrc/cuda/mul_mv.cu runs.
+    ids = {r["name"]: r["id"] for r in lmtail._core.cpu_types()}
+    assert sorted(ids[n] for n in CUDA_TYPES) == sorted(lmtail._core.cuda.types())
+    assert set(CUDA_TYPES) == {"Q6_K", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "F16", "BF16", "F32"}
+    assert lmtail.capabilities()["cuda"]["matvec"]["batch_invariant"] is True
 
 
-@pytest.mark.parametrize("variant", ["i16p2", "s16b1", "a"])
-def test_matvec_t1_nonfinite(monkeypatch, variant):
-    # Non-finite activations (any block) or block scales must give non-finite logits where the CPU's
-    # are, so the greedy latch fires; the integer path carries them through its per-block scale.
-    monkeypatch.setenv("LMTAIL_CUDA_MMV", variant)
+def _weights(dtype, rows, cols, seed):
+    w = (np.random.default_rng(seed).standard_normal((rows, cols)) * 0.02).astype(np.float32)
+    return lmtail.quantize(w, dtype)
+
+
+def _reference(q, dtype, x):
+    w = lmtail.dequantize(q, dtype).astype(np.float64)
+    x64 = x.astype(np.float64)
+    return x64 @ w.T, np.abs(x64) @ np.abs(w).T
+
+
+def _awkward_cols(dtype):
+    return (768, 1280, 6656) if BLOCK[dtype] == 256 else (640, 896, 6688)
+
+
+@pytest.mark.parametrize("dtype", CUDA_TYPES)
+def test_matvec_every_type_awkward_shapes_batch_invariant(dtype):
+    # Every type against float64 of its dequantised weights: per logit within 4e-6 of sum |w x|
+    # (a handful of rows can cancel), normwise <= 1e-6 on 1000+ rows; T = 1 .. 15 alone give the
+    # T = 16 batch's rows byte for byte (batch invariance), on awkward rows and cols.
+    for cols in _awkward_cols(dtype):
+        for rows in (1, 9, 13, 1003):
+            q = _weights(dtype, rows, cols, seed=rows + cols)
+            x = (np.random.default_rng(cols).standard_normal((16, cols)) * 2).astype(np.float32)
+            x[:, ::97] *= 40  # a few large activations
+            y = ops.matvec(q, x, dtype, backend="cuda")
+            ref, mag = _reference(q, dtype, x)
+            assert np.all(np.abs(y - ref) <= 4e-6 * mag + 1e-30), (dtype, rows, cols)
+            if rows >= 1000:
+                assert np.linalg.norm(y - ref) <= 1e-6 * np.linalg.norm(ref), (dtype, rows, cols)
+            for n in (1, 2, 3, 5, 8, 9, 15):
+                assert np.array_equal(bits(ops.matvec(q, x[:n], dtype, backend="cuda")), bits(y[:n])), (dtype, n)
+            assert np.array_equal(bits(ops.matvec(q, x[11], dtype, backend="cuda")), bits(y[11]))
+            assert np.array_equal(bits(ops.matvec(q, x, dtype, backend="cuda")), bits(y))  # deterministic
+
+
+@pytest.mark.parametrize("dtype", ["Q4_0", "Q6_K", "BF16"])
+def test_matvec_full_vocabulary_rows(dtype):
+    # 202048 rows (a tiled 4096-row slab): the grid's last CTA and the row clamp.
+    cols = 256
+    s = _weights(dtype, 4096, cols, seed=1)
+    q = np.tile(s, (-(-202048 // 4096), 1))[:202048]
+    x = np.random.default_rng(2).standard_normal((3, cols)).astype(np.float32)
+    y = ops.matvec(q, x, dtype, backend="cuda")
+    ref, _ = _reference(s, dtype, x)
+    want = np.tile(ref, (1, -(-202048 // 4096)))[:, :202048]
+    assert np.linalg.norm(y - want) <= 1e-6 * np.linalg.norm(want)
+    assert np.array_equal(bits(ops.matvec(q, x[2], dtype, backend="cuda")), bits(y[2]))
+
+
+@pytest.mark.parametrize("dtype", CUDA_TYPES)
+def test_matvec_nonfinite(dtype):
+    # A non-finite activation gives non-finite logits in its row (so the greedy latch fires), and
+    # only in its row.
+    cols = 1280 if BLOCK[dtype] == 256 else 640
+    q = _weights(dtype, 37, cols, seed=5)
+    x = np.random.default_rng(6).standard_normal((2, cols)).astype(np.float32)
+    for col, val in ((cols // 2 + 3, np.inf), (3, -np.inf), (cols - 1, np.nan)):
+        xb = x.copy()
+        xb[1, col] = val
+        b = ops.matvec(q, xb, dtype, backend="cuda")
+        assert not np.isfinite(b[1]).any() and np.isfinite(b[0]).all()
+
+
+def test_matvec_nonfinite_block_scale():
     q = q5k_matrix(37, 1280, seed=5)
     x = np.random.default_rng(6).standard_normal((1, 1280)).astype(np.float32)
-    for col, val in ((700, np.inf), (3, -np.inf), (1279, np.nan)):
-        xb = x.copy()
-        xb[0, col] = val
-        a = ops.matvec_q5_k(q, xb, precision="f32")
-        b = ops.matvec_q5_k(q, xb, backend="cuda")
-        assert np.array_equal(np.isfinite(a), np.isfinite(b)) and not np.isfinite(b).any()
     qb = q.copy()
     qb[11, 176 * 2 : 176 * 2 + 2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)  # d of row 11, block 2
     a = ops.matvec_q5_k(qb, x, precision="f32")
     b = ops.matvec_q5_k(qb, x, backend="cuda")
     assert np.array_equal(np.isfinite(a), np.isfinite(b)) and not np.isfinite(b[0, 11])
-    keep = np.arange(37) != 11
-    assert _close_elementwise(a[:, keep], b[:, keep], qb[keep], x)
+
+
+@pytest.mark.parametrize("dtype", ["F16", "BF16", "F32"])
+def test_float_cols_not_multiple_of_8_refused(dtype):
+    # The cuda kernels read 8 float weights per lane: other cols are a ShapeError (matvec and Head),
+    # never a wrong result.
+    w = np.zeros((3, 12), {"F16": np.float16, "BF16": np.uint16, "F32": np.float32}[dtype])
+    with pytest.raises(lmtail.ShapeError, match="multiple of 8"):
+        ops.matvec(w, np.ones(12, np.float32), dtype, backend="cuda")
+    with pytest.raises(lmtail.ShapeError, match="multiple of 8"):
+        lmtail.Head(w, None, dtype=dtype, backend="cuda")
+
+
+@pytest.mark.parametrize("dtype", CUDA_TYPES)
+def test_head_every_type(dtype):
+    # Head(backend="cuda", dtype=...) against the CPU head at f32 on every route, the exclusion
+    # (ignore-eos) path, the latch on a non-finite hidden value, and batch invariance of greedy.
+    cols = 768 if BLOCK[dtype] == 256 else 640
+    q = _weights(dtype, 3001, cols, seed=7)
+    g = np.random.default_rng(1).uniform(0.8, 1.2, cols).astype(np.float32)
+    prec = "f32" if "f32" in lmtail.capabilities()["cpu"]["matvec"]["by_dtype"][dtype]["precisions"] else None
+    cpu = lmtail.Head(q, g, logit_scale=0.25, softcap=15.0, dtype=dtype, precision=prec)
+    gpu = lmtail.Head(q, g, logit_scale=0.25, softcap=15.0, dtype=dtype, backend="cuda", eog_ids=[5, 17])
+    h = (np.random.default_rng(3).standard_normal((5, cols)) * 3).astype(np.float32)
+    la, lb = cpu.logits(h).copy(), gpu.logits(h).copy()
+    assert np.max(np.abs(la - lb)) <= 1e-4
+    top2 = np.sort(la, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 1e-3
+    gb = gpu.greedy(h)
+    assert np.array_equal(cpu.greedy(h)[clear], gb[clear])
+    assert np.array_equal(gb, np.argmax(lb, axis=1))
+    for t in range(5):  # one token alone = its row of the batch
+        assert gpu.greedy(h[t : t + 1])[0] == gb[t]
+        assert np.array_equal(bits(gpu.logits(h[t : t + 1])[0]), bits(lb[t]))
+    excl = [int(i) for i in gb[:2]] + [5, 17]
+    ge = gpu.greedy(h, exclude=excl)
+    masked = lb.copy()
+    masked[:, excl] = -np.inf
+    assert np.array_equal(ge, np.argmax(masked, axis=1)) and not set(ge.tolist()) & set(excl)
+    ib, vb = gpu.topk(h, 40)
+    assert np.array_equal(ib[:, 0], gb)
+    bad = h.copy()
+    bad[2, 5] = np.inf
+    for route in (lambda: gpu.greedy(bad), lambda: gpu.topk(bad, 5), lambda: gpu.logits(bad)):
+        with pytest.raises(lmtail.NonFiniteLogitsError):
+            route()
 
 
 @pytest.mark.parametrize("n", [1, 7, 99, 1024, 4097, 202048])

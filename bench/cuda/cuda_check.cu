@@ -1,6 +1,7 @@
 // CUDA backend check and benchmark on the seed's head (202048 x 6656 Q5_K): every kernel against
 // the CPU backend, then device time (CUDA events) and host wall time of each stage and of the
-// whole greedy tail captured in a CUDA graph. Usage: lmtail_cuda_check [rows] [cols] [reps]
+// whole greedy tail captured in a CUDA graph; every weight type's matvec (accuracy, batch
+// invariance, awkward shapes). Usage: lmtail_cuda_check [rows] [cols] [reps] [types|bench-types|bench-only]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,13 +11,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/launch.hpp"
 #include "lmtail/cpu.hpp"
+#include "lmtail/weight_type.hpp"
 
 using namespace lmt;
+
+constexpr int kQ5K = 13;  // ggml type id
 
 static double wall_ms(std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
@@ -52,7 +57,7 @@ static void time_it(const char *name, int reps, double bytes, F &&f) {
 
 // Top-k sweep against the CPU backend: awkward n, k across the supported range, several rows,
 // ties, signed zeros, infinities and NaN, misaligned rows; both the radix-select path (default)
-// and the bitonic fallback (LMTAIL_CUDA_TOPK=bitonic) must give the CPU's ids and value bits.
+// and the bitonic fallback (topk_force_bitonic_for_testing) must give the CPU's ids and value bits.
 static int check_topk_sweep(int n_max, bool small) {
     std::mt19937 rng(7);
     std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -117,7 +122,7 @@ static int check_topk_sweep(int n_max, bool small) {
         float *xin = dx + (cs.misalign ? 1 : 0);
         LMT_CUDA_CHECK(cudaMemcpy(xin, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         for (const char *path : {"radix", "bitonic"}) {
-            setenv("LMTAIL_CUDA_TOPK", path, 1);
+            cuda::topk_force_bitonic_for_testing(std::strcmp(path, "bitonic") == 0);
             for (int rep = 0; rep < 2; ++rep) {  // twice: the arrival counters must be reset
                 LMT_CUDA_CHECK(cudaMemset(di, 0xFF, cids.size() * 4));
                 cuda::launch_topk_rows(xin, cs.rows, cs.n, cs.k, dscr, di, dv, 0);
@@ -133,7 +138,7 @@ static int check_topk_sweep(int n_max, bool small) {
                 }
             }
         }
-        unsetenv("LMTAIL_CUDA_TOPK");
+        cuda::topk_force_bitonic_for_testing(false);
         cudaFree(dx);
         cudaFree(dscr);
         cudaFree(di);
@@ -143,10 +148,199 @@ static int check_topk_sweep(int n_max, bool small) {
     return fails;
 }
 
+// ---- every weight type: accuracy, batch invariance, awkward shapes, non-finite propagation ----
+
+struct Dev {
+    void *p = nullptr;
+    explicit Dev(size_t n) { LMT_CUDA_CHECK(cudaMalloc(&p, n ? n : 16)); }
+    ~Dev() { cudaFree(p); }
+    template <typename T> T *as() const { return static_cast<T *>(p); }
+};
+
+static const WeightTypeInfo &type_info(int id) {
+    for (const auto &t : kWeightTypes)
+        if ((int)t.type == id) return t;
+    std::abort();
+}
+
+// One (type, rows, cols) case: T = 16 logits against a float64 reference of the dequantised weights
+// (normwise <= 1e-6 from 1000 rows; per logit <= 4e-6 * sum |w x|), T = 1 .. 15 rows identical
+// bytes to the T = 16 batch's rows, non-finite activations give non-finite logits.
+static int check_type_case(int type, int rows, int cols, std::mt19937 &rng) {
+    const WeightTypeInfo &ti = type_info(type);
+    const size_t rb = (size_t)cols / ti.block_elems * ti.block_bytes, stride = (rb + 15) / 16 * 16;
+    std::normal_distribution<float> nd(0.0f, 0.02f), xd(0.0f, 2.0f);
+    std::vector<float> wf((size_t)rows * cols);
+    for (auto &v : wf) v = nd(rng);
+    std::vector<uint8_t> q((size_t)rows * rb);
+    cpu::quantize(ti.type, wf.data(), q.data(), rows, cols);
+    std::vector<float> wd((size_t)rows * cols);
+    cpu::dequantize(ti.type, q.data(), wd.data(), rows, cols);
+    const int T = 16;
+    std::vector<float> x((size_t)T * cols);
+    for (auto &v : x) v = xd(rng);
+    for (int t = 0; t < T; ++t) x[(size_t)t * cols + (7 * t) % cols] *= 40.0f;  // a few large activations
+    Dev dw((size_t)rows * stride), dx(x.size() * 4), dy((size_t)T * rows * 4), d1((size_t)T * rows * 4);
+    LMT_CUDA_CHECK(cudaMemcpy2D(dw.p, stride, q.data(), rb, rb, rows, cudaMemcpyHostToDevice));
+    LMT_CUDA_CHECK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    cuda::launch_mul_mv(type, dw.as<uint8_t>(), stride, rows, cols, dx.as<float>(), T, dy.as<float>(), 0);
+    std::vector<float> y((size_t)T * rows), yb((size_t)T * rows);
+    LMT_CUDA_CHECK(cudaMemcpy(y.data(), dy.p, y.size() * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0, worst = 0;
+    for (int t = 0; t < T; ++t)
+        for (int r = 0; r < rows; ++r) {
+            double acc = 0, mag = 0;
+            for (int c = 0; c < cols; ++c) {
+                const double p = (double)wd[(size_t)r * cols + c] * (double)x[(size_t)t * cols + c];
+                acc += p;
+                mag += std::fabs(p);
+            }
+            const double e = (double)y[(size_t)t * rows + r] - acc;
+            num += e * e;
+            den += acc * acc;
+            if (mag > 0) worst = std::max(worst, std::fabs(e) / mag);
+        }
+    const double rel = std::sqrt(num / den);
+    const bool acc_ok = (rows < 1000 || rel <= 1e-6) && worst <= 4e-6;
+    // Batch invariance: the first n tokens alone give the T = 16 batch's first n rows, byte for byte.
+    bool inv = true;
+    for (int n = 1; n < T; ++n) {
+        cuda::launch_mul_mv(type, dw.as<uint8_t>(), stride, rows, cols, dx.as<float>(), n, d1.as<float>(), 0);
+        LMT_CUDA_CHECK(cudaMemcpy(yb.data(), d1.p, (size_t)n * rows * 4, cudaMemcpyDeviceToHost));
+        inv &= std::memcmp(yb.data(), y.data(), (size_t)n * rows * 4) == 0;
+    }
+    // Token t alone (not only the first ones): T = 1 on x row 11.
+    cuda::launch_mul_mv(type, dw.as<uint8_t>(), stride, rows, cols, dx.as<float>() + 11 * (size_t)cols, 1,
+                        d1.as<float>(), 0);
+    LMT_CUDA_CHECK(cudaMemcpy(yb.data(), d1.p, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+    inv &= std::memcmp(yb.data(), y.data() + 11 * (size_t)rows, (size_t)rows * 4) == 0;
+    // Non-finite activation: every logit of that row non-finite (the greedy latch then fires).
+    bool nf = true;
+    for (float bad : {INFINITY, -INFINITY, std::nanf("")}) {
+        std::vector<float> xb(x.begin(), x.begin() + cols);
+        xb[(size_t)(rng() % cols)] = bad;
+        LMT_CUDA_CHECK(cudaMemcpy(dx.p, xb.data(), (size_t)cols * 4, cudaMemcpyHostToDevice));
+        cuda::launch_mul_mv(type, dw.as<uint8_t>(), stride, rows, cols, dx.as<float>(), 1, d1.as<float>(), 0);
+        LMT_CUDA_CHECK(cudaMemcpy(yb.data(), d1.p, (size_t)rows * 4, cudaMemcpyDeviceToHost));
+        for (int r = 0; r < rows; ++r) nf &= !std::isfinite(yb[r]);
+    }
+    const bool ok = acc_ok && inv && nf;
+    std::printf("type %-4s %6d x %-5d rel L2 vs f64 %.2e, worst |err|/sum|wx| %.2e, T=1..15 identical to T=16 rows: %s, "
+                "non-finite x -> non-finite: %s %s\n",
+                ti.name, rows, cols, rel, worst, inv ? "yes" : "NO", nf ? "yes" : "NO", ok ? "ok" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+static int check_types() {
+    std::mt19937 rng(5);
+    int fails = 0;
+    for (int type : cuda::mul_mv_types()) {
+        const bool k = type_info(type).block_elems == 256;
+        const std::vector<int> colss = k ? std::vector<int>{256, 768, 1280} : std::vector<int>{640, 896, 256};
+        for (int cols : colss)
+            for (int rows : {1, 9, 13, 1003}) fails += check_type_case(type, rows, cols, rng);
+        fails += check_type_case(type, 1003, k ? 6656 : 6656 + 32, rng);
+    }
+    // Bad shapes are refused (not computed wrong).
+    bool refused = false;
+    try {
+        cuda::launch_mul_mv(kQ5K, nullptr, 176, 1, 320, nullptr, 1, nullptr, 0);
+    } catch (const std::invalid_argument &) {
+        refused = true;
+    }
+    std::printf("Q5_K cols 320 refused: %s\n", refused ? "yes" : "NO");
+    fails += !refused;
+    std::printf("every type: %s\n", fails ? "FAIL" : "all ok");
+    return fails;
+}
+
+// Per-type speed at rows x cols (a 4096-row slab tiled), T = 1, 2, 4, 8, 16, against the
+// device-to-device copy bandwidth measured here (read + write bytes).
+static void bench_types(int rows, int cols, int reps) {
+    double copy_gbs = 0;
+    {
+        const size_t n = (size_t)1 << 31;
+        Dev a(n), b(n);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        std::vector<float> ms;
+        for (int i = 0; i < 11; ++i) {
+            cudaEventRecord(e0);
+            cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            float m;
+            cudaEventElapsedTime(&m, e0, e1);
+            ms.push_back(m);
+        }
+        std::sort(ms.begin(), ms.end());
+        copy_gbs = 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e9;
+        std::printf("copy bandwidth (device-to-device, read + write, 2 GiB): %.0f GB/s\n", copy_gbs);
+    }
+    std::printf("| type | weights MB | floor ms | T=1 ms (%% copy) | T=2 | T=4 | T=8 | T=16 |\n|---|---|---|---|---|---|---|---|\n");
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.0f, 0.02f), xd(0.0f, 1.0f);
+    std::vector<float> x((size_t)16 * cols);
+    for (auto &v : x) v = xd(rng);
+    Dev dx(x.size() * 4), dy((size_t)16 * rows * 4);
+    LMT_CUDA_CHECK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    for (int type : cuda::mul_mv_types()) {
+        const WeightTypeInfo &ti = type_info(type);
+        const int slab = std::min(rows, 4096);
+        const size_t rb = (size_t)cols / ti.block_elems * ti.block_bytes, stride = (rb + 15) / 16 * 16;
+        std::vector<float> wf((size_t)slab * cols);
+        for (auto &v : wf) v = nd(rng);
+        std::vector<uint8_t> q((size_t)slab * rb);
+        cpu::quantize(ti.type, wf.data(), q.data(), slab, cols);
+        Dev dw((size_t)rows * stride);
+        for (int r0 = 0; r0 < rows; r0 += slab)
+            LMT_CUDA_CHECK(cudaMemcpy2D(dw.as<uint8_t>() + (size_t)r0 * stride, stride, q.data(), rb, rb,
+                                        std::min(slab, rows - r0), cudaMemcpyHostToDevice));
+        const double bytes = (double)rows * rb;
+        std::printf("| %s | %.1f | %.3f |", ti.name, bytes / 1e6, bytes / (copy_gbs * 1e9) * 1e3);
+        for (int T : {1, 2, 4, 8, 16}) {
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            auto go = [&] { cuda::launch_mul_mv(type, dw.as<uint8_t>(), stride, rows, cols, dx.as<float>(), T, dy.as<float>(), 0); };
+            for (int i = 0; i < 3; ++i) go();
+            std::vector<float> ms;
+            for (int i = 0; i < reps; ++i) {
+                cudaEventRecord(e0);
+                go();
+                cudaEventRecord(e1);
+                cudaEventSynchronize(e1);
+                float m;
+                cudaEventElapsedTime(&m, e0, e1);
+                ms.push_back(m);
+            }
+            std::sort(ms.begin(), ms.end());
+            const double m = ms[ms.size() / 2];
+            std::printf(" %.3f (%.0f%%) |", m, 100.0 * bytes / (m * 1e-3) / 1e9 / copy_gbs);
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+    }
+    std::printf("(median of %d, CUDA events; %% copy = weight bytes / time / copy bandwidth; T=16 is two launches of 8)\n", reps);
+}
+
 int main(int argc, char **argv) {
     const int rows = argc > 1 ? std::atoi(argv[1]) : 202048;
     const int cols = argc > 2 ? std::atoi(argv[2]) : 6656;
     const int reps = argc > 3 ? std::atoi(argv[3]) : 51;
+    // Modes: "types" (every weight type's checks only), "bench-types" (+ the per-type speed table).
+    const char *mode = argc > 4 ? argv[4] : "";
+    if (std::strcmp(mode, "bench-only") == 0) {  // the per-type table alone (bench/cuda/mv_sweep.sh)
+        bench_types(rows, cols, reps);
+        return 0;
+    }
+    if (std::strcmp(mode, "types") == 0 || std::strcmp(mode, "bench-types") == 0) {
+        int f = check_types();
+        if (std::strcmp(mode, "bench-types") == 0) bench_types(rows, cols, reps);
+        std::printf("%s (%d failures)\n", f ? "FAILED" : "ALL CHECKS PASSED", f);
+        return f ? 1 : 0;
+    }
     if (rows < 200 || cols % 256 != 0) {
         std::fprintf(stderr, "need rows >= 200 and cols a multiple of 256\n");
         return 2;
@@ -187,8 +381,6 @@ int main(int argc, char **argv) {
     const int n_chunks = (rows + 1023) / 1024;
     const int K = 40;
     LMT_CUDA_CHECK(cudaMalloc(&dW, q.size()));
-    void *dScr;
-    LMT_CUDA_CHECK(cudaMalloc(&dScr, cuda::mul_mv_q5_K_scratch_bytes(cols)));
     LMT_CUDA_CHECK(cudaMalloc(&dH, hidden.size() * 4));
     LMT_CUDA_CHECK(cudaMalloc(&dG, gamma.size() * 4));
     LMT_CUDA_CHECK(cudaMalloc(&dN, normed.size() * 4));
@@ -214,7 +406,7 @@ int main(int argc, char **argv) {
     std::printf("rms_norm: %zu / %zu values bit-identical to CPU\n", norm_eq, gN.size());
     for (int T : {1, 3, 8}) {
         cudaMemcpy(dN, normed.data(), (size_t)T * cols * 4, cudaMemcpyHostToDevice);  // same input as the CPU ref
-        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, dScr, st);
+        cuda::launch_mul_mv(kQ5K, dW, row_bytes, rows, cols, dN, T, dL, st);
         std::vector<float> g((size_t)T * rows);
         cudaMemcpy(g.data(), dL, g.size() * 4, cudaMemcpyDeviceToHost);
         double num = 0, den = 0;
@@ -229,7 +421,7 @@ int main(int argc, char **argv) {
         fails += rel >= 1e-6;
     }
     cudaMemcpy(dN, normed.data(), normed.size() * 4, cudaMemcpyHostToDevice);
-    cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, Tmax, dL, dScr, st);
+    cuda::launch_mul_mv(kQ5K, dW, row_bytes, rows, cols, dN, Tmax, dL, st);
     cuda::launch_softcap(dL, (int64_t)Tmax * rows, s, cap, true, st);
     cuda::launch_argmax_rows(dL, Tmax, rows, true, nullptr, dKey, dBad, dOut, st);
     std::vector<uint32_t> garg(Tmax);
@@ -241,7 +433,7 @@ int main(int argc, char **argv) {
         }
     }
     // Fused soft cap + greedy argmax (the graph tail's last kernel) on the same pre-cap logits.
-    cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, Tmax, dL, dScr, st);
+    cuda::launch_mul_mv(kQ5K, dW, row_bytes, rows, cols, dN, Tmax, dL, st);
     cuda::launch_greedy_softcap_argmax(dL, Tmax, rows, s, cap, nullptr, dKey, dBad, dOut, st);
     cudaMemcpy(garg.data(), dOut, Tmax * 4, cudaMemcpyDeviceToHost);
     for (int t = 0; t < Tmax; ++t) {
@@ -260,6 +452,7 @@ int main(int argc, char **argv) {
     std::printf("top-%d: %s\n", K, gids == cids ? "identical to CPU" : "MISMATCH");
     fails += gids != cids;
     fails += check_topk_sweep(rows, rows < 100000);
+    fails += check_types();
     // ties + NaN latch + exclusion on a crafted row
     {
         std::vector<float> row(rows, 0.0f);
@@ -296,13 +489,13 @@ int main(int argc, char **argv) {
     for (int T : {1, 4, 8}) {
         char name[64];
         std::snprintf(name, sizeof name, "head matvec T=%d", T);
-        time_it(name, reps, wbytes, [&] { cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, dScr, st); });
+        time_it(name, reps, wbytes, [&] { cuda::launch_mul_mv(kQ5K, dW, row_bytes, rows, cols, dN, T, dL, st); });
     }
     time_it("argmax one row (2 phases)", reps, 0, [&] { cuda::launch_argmax_rows(dL, 1, rows, false, nullptr, dKey, dBad, dOut, st); });
     time_it("top-40 one row", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
-    setenv("LMTAIL_CUDA_TOPK", "bitonic", 1);
+    cuda::topk_force_bitonic_for_testing(true);
     time_it("top-40 one row [bitonic, before]", reps, 0, [&] { cuda::launch_topk_rows(dL, 1, rows, K, dTopScratch, dIds, dVals, st); });
-    unsetenv("LMTAIL_CUDA_TOPK");
+    cuda::topk_force_bitonic_for_testing(false);
     time_it("top-40 8 rows", reps, 0, [&] { cuda::launch_topk_rows(dL, 8, rows, K, dTopScratch, dIds, dVals, st); });
     {
         uint64_t *dS;
@@ -332,7 +525,7 @@ int main(int argc, char **argv) {
         cudaGraphExec_t exec;
         cudaStreamBeginCapture(cs, cudaStreamCaptureModeGlobal);
         cuda::launch_rms_norm(dH, dG, dN, T, cols, 1e-5f, cs);
-        cuda::launch_mul_mv_q5_K(dW, row_bytes, rows, cols, dN, T, dL, dScr, cs);
+        cuda::launch_mul_mv(kQ5K, dW, row_bytes, rows, cols, dN, T, dL, cs);
         cuda::launch_softcap(dL, (int64_t)T * rows, s, cap, true, cs);
         cuda::launch_argmax_rows(dL, T, rows, true, nullptr, dKey, dBad, dOut, cs);
         cudaMemcpyAsync(hOut, dOut, 4 * T, cudaMemcpyDeviceToHost, cs);

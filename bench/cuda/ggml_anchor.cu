@@ -31,7 +31,17 @@
 #include "ggml.h"
 
 #include "cuda/launch.hpp"
+#include "mul_mv_q5_K_variants.hpp"
 #include "lmtail/kernel_abi.h"
+
+// The head matvec: the product kernel (LMTAIL_CUDA_MMV=product, csrc/cuda/mul_mv.cu) or one of the
+// earlier Q5_K variants kept for comparison in bench/cuda/mul_mv_q5_K_variants.cu.
+static void lmt_mv(const uint8_t *w, size_t rb, int rows, int cols, const float *x, int T, float *y, void *scr,
+                   cudaStream_t s) {
+    const char *v = std::getenv("LMTAIL_CUDA_MMV");
+    if (v && std::strcmp(v, "product") == 0) lmt::cuda::launch_mul_mv(13, w, rb, rows, cols, x, T, y, s);
+    else lmt::cuda::bench::launch_mul_mv_q5_K(w, rb, rows, cols, x, T, y, scr, s);
+}
 
 #define CK(expr)                                                                               \
     do {                                                                                       \
@@ -269,7 +279,7 @@ int main(int argc, char **argv) {
     const int n_chunks = (kRows + 1023) / 1024;
     CK(cudaMalloc(&dN, (size_t)kTmax * kCols * 4));
     CK(cudaMalloc(&dLog, (size_t)kTmax * kRows * 4));
-    CK(cudaMalloc(&dScr, lmt::cuda::mul_mv_q5_K_scratch_bytes(kCols)));
+    CK(cudaMalloc(&dScr, lmt::cuda::bench::mul_mv_q5_K_scratch_bytes(kCols)));
     CK(cudaMalloc(&dKey, (size_t)kTmax * n_chunks * 8));
     CK(cudaMalloc(&dBad, (size_t)kTmax * n_chunks * 4));
     CK(cudaMalloc(&dOut, kTmax * 4));
@@ -291,7 +301,7 @@ int main(int argc, char **argv) {
         };
     };
     auto mmv = [&](int T) {
-        return [&, T] { lmt::cuda::launch_mul_mv_q5_K(dW, row_bytes, kRows, kCols, dH, T, dLog, dScr, lst); };
+        return [&, T] { lmt_mv(dW, row_bytes, kRows, kCols, dH, T, dLog, dScr, lst); };
     };
     auto set_env = [](const char *k, const char *v) { setenv(k, v, 1); };
 
@@ -343,6 +353,11 @@ int main(int argc, char **argv) {
         lsync();
         CK(cudaMemcpy(lg.data(), dLog, (size_t)T * kRows * 4, cudaMemcpyDeviceToHost));
         const double e1 = ref_err(lg, T, hidden.data());
+        set_env("LMTAIL_CUDA_MMV", "product");
+        mmv(T)();
+        lsync();
+        CK(cudaMemcpy(lg.data(), dLog, (size_t)T * kRows * 4, cudaMemcpyDeviceToHost));
+        std::printf("accuracy T=%d: product mul_mv rel L2 vs f64 %.2e\n", T, ref_err(lg, T, hidden.data()));
         std::printf("accuracy T=%d: rel L2 vs f64 on every 97th row: lmtail default (%s) %.2e | lmtail v2/a %.2e | "
                     "lmtail v1 %.2e | ggml %.2e\n", T, T == 1 ? "v4" : "v2/a", e4, e2, e1, eg);
     }
@@ -376,7 +391,7 @@ int main(int argc, char **argv) {
     auto tail_fused = [&](int T) {
         return capture([&, T](cudaStream_t s) {
             lmt::cuda::launch_rms_norm(dH, dG, dN, T, kCols, kEps, s);
-            lmt::cuda::launch_mul_mv_q5_K(dW, row_bytes, kRows, kCols, dN, T, dLog, dScr, s);
+            lmt_mv(dW, row_bytes, kRows, kCols, dN, T, dLog, dScr, s);
             lmt::cuda::launch_greedy_softcap_argmax(dLog, T, kRows, kScale, kCap, nullptr, dKey, dBad, dOut, s);
             CK(cudaMemcpyAsync(hOut, dOut, 4 * T, cudaMemcpyDeviceToHost, s));
         });
@@ -384,7 +399,7 @@ int main(int argc, char **argv) {
     auto tail_4node = [&](int T) {
         return capture([&, T](cudaStream_t s) {
             lmt::cuda::launch_rms_norm(dH, dG, dN, T, kCols, kEps, s);
-            lmt::cuda::launch_mul_mv_q5_K(dW, row_bytes, kRows, kCols, dN, T, dLog, dScr, s);
+            lmt_mv(dW, row_bytes, kRows, kCols, dN, T, dLog, dScr, s);
             lmt::cuda::launch_softcap(dLog, (int64_t)T * kRows, kScale, kCap, true, s);
             lmt::cuda::launch_argmax_rows(dLog, T, kRows, true, nullptr, dKey, dBad, dOut, s);
             CK(cudaMemcpyAsync(hOut, dOut, 4 * T, cudaMemcpyDeviceToHost, s));
@@ -393,7 +408,7 @@ int main(int argc, char **argv) {
     auto tail_topk = [&] {
         return capture([&](cudaStream_t s) {
             lmt::cuda::launch_rms_norm(dH, dG, dN, 1, kCols, kEps, s);
-            lmt::cuda::launch_mul_mv_q5_K(dW, row_bytes, kRows, kCols, dN, 1, dLog, dScr, s);
+            lmt_mv(dW, row_bytes, kRows, kCols, dN, 1, dLog, dScr, s);
             lmt::cuda::launch_softcap(dLog, kRows, kScale, kCap, false, s);
             lmt::cuda::launch_topk_rows(dLog, 1, kRows, kK, dTop, dIds, dVals, s);
             CK(cudaMemcpyAsync(hOut, dIds, 4 * kK, cudaMemcpyDeviceToHost, s));
@@ -403,7 +418,7 @@ int main(int argc, char **argv) {
     // Warm every matvec variant and instantiate graphs outside timing (first calls set attributes).
     // i16p2 = the default (v4 integer tensor cores on contiguous streams at T = 1; v2/a at T = 8),
     // s16b1 = v3 (f16 tensor cores, same streams), a = v2 (the previous default), v1 = f32 cores.
-    const std::vector<const char *> variants = {"i16p2", "s16b1", "a", "d", "v1"};
+    const std::vector<const char *> variants = {"product", "i16p2", "s16b1", "a", "d", "v1"};
     for (const char *v : variants) {
         set_env("LMTAIL_CUDA_MMV", v);
         mmv(1)();
@@ -425,7 +440,8 @@ int main(int argc, char **argv) {
     for (const char *v : variants) {
         set_env("LMTAIL_CUDA_MMV", v);
         const std::string tag = std::string(" [") +
-                                (std::strcmp(v, "v1") == 0 ? std::string("v1 f32 cores")
+                                (std::strcmp(v, "product") == 0 ? std::string("product mul_mv, batch invariant")
+                                 : std::strcmp(v, "v1") == 0 ? std::string("v1 f32 cores")
                                  : v[0] == 'i'             ? std::string("v4/") + v + ", T=8: v2/a"
                                  : v[0] == 's'             ? std::string("v3/") + v + ", T=8: v2/a"
                                                            : std::string("v2/") + v) +
@@ -438,8 +454,8 @@ int main(int argc, char **argv) {
             best = v;
         }
     }
-    set_env("LMTAIL_CUDA_MMV", best.c_str());
-    std::printf("tails below use matvec variant %s (fastest at T=1 in this run)\n", best.c_str());
+    set_env("LMTAIL_CUDA_MMV", "product");
+    std::printf("tails below use the product matvec (fastest earlier variant at T=1 in this run: %s)\n", best.c_str());
     cudaGraphExec_t x_tail1 = tail_fused(1), x_tail8 = tail_fused(8), x_tail1_4 = tail_4node(1), x_tailk = tail_topk();
 
     // Greedy token agreement (tail, T = 1 and 8): lmtail fused vs ggml.
@@ -457,7 +473,7 @@ int main(int argc, char **argv) {
     // The one-row selection input: lmtail's capped logits of token 0 (also fed to ggml).
     {
         lmt::cuda::launch_rms_norm(dH, dG, dN, 1, kCols, kEps, lst);
-        lmt::cuda::launch_mul_mv_q5_K(dW, row_bytes, kRows, kCols, dN, 1, dLog, dScr, lst);
+        lmt_mv(dW, row_bytes, kRows, kCols, dN, 1, dLog, dScr, lst);
         lmt::cuda::launch_softcap(dLog, kRows, kScale, kCap, true, lst);
         CK(cudaMemcpyAsync(dL, dLog, (size_t)kRows * 4, cudaMemcpyDeviceToDevice, lst));
         lsync();

@@ -3,10 +3,11 @@
 // device time by CUDA events, medians over interleaved rounds so that drift hits every variant
 // alike, plus read-only bandwidth probes over the same 924.6 MB buffer (a linear sweep and the
 // 16-row x 176-byte tile pattern the kernels use) and prep_x alone.
-// Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -Icsrc/include -Icsrc/cuda
+// Build (repo root): nvcc -O3 -std=c++17 -arch=sm_90 --fmad=false -Icsrc/include -Icsrc -Icsrc/cuda -Ibench/cuda
 //   bench/cuda/mmv_prof.cu -o /tmp/mmv_prof
 // Run: /tmp/mmv_prof REPS variant...   (e.g. /tmp/mmv_prof 31 a s16b1 i16p2)
-#include "mul_mv_q5_K.cu"
+#include "mul_mv_q5_K_variants.cu"
+using namespace lmt::cuda::bench;
 
 #include <algorithm>
 #include <cmath>

@@ -6,6 +6,7 @@
 // lmtail.Head (routes A/B/C).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <string>
@@ -114,18 +115,22 @@ void bind_cuda(py::module_ &m) {
                                    (int)a.cols, eps, 0);
         check(cudaMemcpy(a.out, dy.p, bytes, cudaMemcpyDeviceToHost));
     }, py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
-    sub.def("matvec_q5_k", [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int, const std::string &) {
+    sub.def("types", [] { return lmt::cuda::mul_mv_types(); }, "ggml type ids the cuda matvec runs.");
+    sub.def("matvec", [](const py::array &w, int type, int64_t cols, const py::array &x, py::array &out, int,
+                         const std::string &) {
+        lmt::cuda::check_mul_mv_shape(type, (int)cols);
         const int64_t rows = dim(w, 0, "w"), T = dim(x, 0, "x");
-        const size_t row_bytes = (size_t)cols / 256 * 176;
-        DevBuf dw(rows * row_bytes), dx(T * cols * 4), dy(T * rows * 4),
-            dscr(lmt::cuda::mul_mv_q5_K_scratch_bytes((int)cols));
-        check(cudaMemcpy2D(dw.p, row_bytes, w.data(), rows > 1 ? (size_t)w.strides(0) : row_bytes, row_bytes, rows,
+        const size_t row_bytes = lmt::cuda::mul_mv_row_bytes(type, (int)cols);
+        const size_t dev_stride = (row_bytes + 15) / 16 * 16;  // 16-byte aligned rows (see DeviceHead)
+        DevBuf dw(rows * dev_stride), dx(T * cols * 4), dy(T * rows * 4);
+        check(cudaMemcpy2D(dw.p, dev_stride, w.data(), rows > 1 ? (size_t)w.strides(0) : row_bytes, row_bytes, rows,
                            cudaMemcpyHostToDevice));
         check(cudaMemcpy(dx.p, data_of<float>(x, "x", false), T * cols * 4, cudaMemcpyHostToDevice));
-        lmt::cuda::launch_mul_mv_q5_K(dw.as<uint8_t>(), row_bytes, (int)rows, (int)cols, dx.as<float>(), (int)T,
-                                      dy.as<float>(), dscr.p, 0);
-        check(cudaMemcpy(data_of<float>(out, "out", true), dy.p, T * rows * 4, cudaMemcpyDeviceToHost));
-    }, py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto");
+        lmt::cuda::launch_mul_mv(type, dw.as<uint8_t>(), dev_stride, (int)rows, (int)cols, dx.as<float>(), (int)T,
+                                 dy.as<float>(), 0);
+        check(cudaMemcpy(lmt::bind::out_of<float>(out, "out", {T, rows}), dy.p, T * rows * 4, cudaMemcpyDeviceToHost));
+    }, py::arg("w"), py::arg("type"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0,
+       py::arg("isa") = "auto");
     sub.def("scale", [](py::array &x, float s, int) { unary(x, s, 0.0f, 0); }, py::arg("x"), py::arg("s"),
             py::arg("threads") = 0);
     sub.def("tanh", [](py::array &x, int) {
@@ -177,15 +182,16 @@ void bind_cuda(py::module_ &m) {
 
     py::class_<lmt::cuda::DeviceHead>(sub, "DeviceHead")
         .def(py::init([](const py::array &w, int cols, const py::object &gamma, int norm_kind, float eps, float scale,
-                         float softcap, int max_tokens) {
+                         float softcap, int max_tokens, int weight_type) {
                  const float *g = gamma.is_none() ? nullptr : data_of<float>(gamma.cast<py::array>(), "gamma", false);
                  const int rows = (int)dim(w, 0, "w");
-                 const size_t stride = rows > 1 ? (size_t)w.strides(0) : (size_t)cols / 256 * 176;
-                 return new lmt::cuda::DeviceHead(static_cast<const uint8_t *>(w.data()), rows, cols, stride, g,
-                                                  norm_kind, eps, scale, softcap, max_tokens);
+                 lmt::cuda::check_mul_mv_shape(weight_type, cols);
+                 const size_t stride = rows > 1 ? (size_t)w.strides(0) : lmt::cuda::mul_mv_row_bytes(weight_type, cols);
+                 return new lmt::cuda::DeviceHead(static_cast<const uint8_t *>(w.data()), weight_type, rows, cols,
+                                                  stride, g, norm_kind, eps, scale, softcap, max_tokens);
              }),
              py::arg("w"), py::arg("cols"), py::arg("gamma"), py::arg("norm_kind"), py::arg("eps"), py::arg("scale"),
-             py::arg("softcap"), py::arg("max_tokens"))
+             py::arg("softcap"), py::arg("max_tokens"), py::arg("weight_type"))
         .def("run_tail",
              [](lmt::cuda::DeviceHead &h, const py::array &hidden, bool check_latch) {
                  const int T = (int)dim(hidden, 0, "hidden");

@@ -14,7 +14,7 @@
 // counter in device memory, reset by that block, so graph replays need no memset) reduces the
 // partials: 5.6 us device for one 202048 row against 6.7 us for the two launches in the same run
 // (ggml's one-block argmax: 36.7 us). The two-launch form stays for more than kMaxOneLaunchRows
-// rows and as a reference (LMTAIL_CUDA_ARGMAX=two).
+// rows and as a reference (argmax_force_two_phase_for_testing).
 // The greedy variant can also apply the soft cap in registers (launch_greedy_softcap_argmax):
 // the capped value is computed with the same four roundings as the four-node cap, so the
 // winner is the one the capped logits would give, and the latch looks at the pre-cap value.
@@ -164,10 +164,9 @@ __global__ void __launch_bounds__(kOneThreads) argmax_one(const float *__restric
     }
 }
 
-bool use_two_phase() {  // LMTAIL_CUDA_ARGMAX=two: the two-launch form (read per call, for benchmarks)
-    const char *e = std::getenv("LMTAIL_CUDA_ARGMAX");
-    return e && std::strcmp(e, "two") == 0;
-}
+static bool g_two_phase = false;  // the two-launch form for every call (benchmarks; the product never sets it)
+static bool use_two_phase() { return g_two_phase; }
+void argmax_force_two_phase_for_testing(bool on) { g_two_phase = on; }
 
 template <bool kGreedy, bool kCap>
 void launch_one(const float *x, int rows, int n, const uint32_t *excl_mask, float s, float cap, uint64_t *part_key,

@@ -13,26 +13,28 @@ bool device_available() {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-DeviceHead::DeviceHead(const uint8_t *w, int rows, int cols, size_t row_stride, const float *gamma, int norm_kind,
-                       float eps, float scale, float softcap, int max_tokens)
-    : rows_(rows), cols_(cols), norm_kind_(norm_kind), row_stride_((size_t)cols / 256 * 176), eps_(eps),
-      scale_(scale), cap_(softcap) {
-    const size_t row_bytes = row_stride_;
-    LMT_CUDA_CHECK(cudaMalloc(&w_, (size_t)rows * row_bytes));
-    // Compact the rows on upload (the host array may have a larger stride).
-    LMT_CUDA_CHECK(cudaMemcpy2D(w_, row_bytes, w, row_stride, row_bytes, rows, cudaMemcpyHostToDevice));
+DeviceHead::DeviceHead(const uint8_t *w, int weight_type, int rows, int cols, size_t row_stride, const float *gamma,
+                       int norm_kind, float eps, float scale, float softcap, int max_tokens)
+    : type_(weight_type), rows_(rows), cols_(cols), norm_kind_(norm_kind), eps_(eps), scale_(scale), cap_(softcap) {
+    check_mul_mv_shape(weight_type, cols);  // before any allocation: a bad type or shape throws here
+    // Rows are stored back to back, rounded up to 16 bytes so every row starts aligned for the
+    // matvec's vector loads (Q6_K, Q8_0 and Q4_0 rows are only 2-byte multiples).
+    row_stride_ = (mul_mv_row_bytes(weight_type, cols) + 15) / 16 * 16;
+    const size_t host_row = mul_mv_row_bytes(weight_type, cols);
+    LMT_CUDA_CHECK(cudaMalloc(&w_, (size_t)rows * row_stride_));
+    // The host array may have a larger stride; the device rows are row_stride_ apart.
+    LMT_CUDA_CHECK(cudaMemcpy2D(w_, row_stride_, w, row_stride, host_row, rows, cudaMemcpyHostToDevice));
     if (gamma) {
         LMT_CUDA_CHECK(cudaMalloc(&gamma_, (size_t)cols * 4));
         LMT_CUDA_CHECK(cudaMemcpy(gamma_, gamma, (size_t)cols * 4, cudaMemcpyHostToDevice));
     }
     LMT_CUDA_CHECK(cudaMalloc(&mask_, ((size_t)rows + 31) / 32 * 4));
-    LMT_CUDA_CHECK(cudaMalloc(&mv_scratch_, mul_mv_q5_K_scratch_bytes(cols)));
     ensure_tokens(std::max(1, max_tokens));
 }
 
 DeviceHead::~DeviceHead() {
     for (void *p : {(void *)w_, (void *)gamma_, (void *)hidden_, (void *)normed_, (void *)logits_, (void *)keys_,
-                    (void *)top_scratch_, (void *)bad_, (void *)out_, (void *)mask_, (void *)ids_, (void *)vals_, mv_scratch_})
+                    (void *)top_scratch_, (void *)bad_, (void *)out_, (void *)mask_, (void *)ids_, (void *)vals_})
         if (p) cudaFree(p);
     if (host_out_) cudaFreeHost(host_out_);
 }
@@ -62,7 +64,7 @@ bool DeviceHead::run_tail(const float *hidden, int T, bool check_latch) {
         launch_rms_norm(hidden_, gamma_, normed_, T, cols_, eps_, 0);
         x = normed_;
     }
-    launch_mul_mv_q5_K(w_, row_stride_, rows_, cols_, x, T, logits_, mv_scratch_, 0);
+    launch_mul_mv(type_, w_, row_stride_, rows_, cols_, x, T, logits_, 0);
     if (!check_latch) {  // route B: greedy() checks, caps and reduces
         capped_ = false;
         return true;

@@ -13,9 +13,9 @@ bool device_available();
 
 class DeviceHead {
   public:
-    // norm_kind: 0 none, 1 rms. gamma may be null.
-    DeviceHead(const uint8_t *w, int rows, int cols, size_t row_stride, const float *gamma, int norm_kind,
-               float eps, float scale, float softcap, int max_tokens);
+    // weight_type: a ggml type id of mul_mv_types(); norm_kind: 0 none, 1 rms. gamma may be null.
+    DeviceHead(const uint8_t *w, int weight_type, int rows, int cols, size_t row_stride, const float *gamma,
+               int norm_kind, float eps, float scale, float softcap, int max_tokens);
     ~DeviceHead();
     DeviceHead(const DeviceHead &) = delete;
     DeviceHead &operator=(const DeviceHead &) = delete;
@@ -39,7 +39,7 @@ class DeviceHead {
 
   private:
     void ensure_tokens(int T);
-    int rows_, cols_, norm_kind_, max_tokens_ = 0;
+    int type_, rows_, cols_, norm_kind_, max_tokens_ = 0;
     size_t row_stride_;
     float eps_, scale_, cap_;
     uint8_t *w_ = nullptr;
@@ -47,7 +47,6 @@ class DeviceHead {
     uint64_t *keys_ = nullptr, *top_scratch_ = nullptr;
     uint32_t *bad_ = nullptr, *out_ = nullptr, *mask_ = nullptr, *ids_ = nullptr;
     float *vals_ = nullptr;
-    void *mv_scratch_ = nullptr;  // matvec activation fragments
     size_t top_scratch_elems_ = 0;
     int top_k_cap_ = 0;
     uint32_t *host_out_ = nullptr;  // pinned, 4 bytes per row

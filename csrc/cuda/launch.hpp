@@ -5,15 +5,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace lmt::cuda {
 
 void launch_rms_norm(const float *x, const float *gamma, float *y, int rows, int cols, float eps, cudaStream_t stream);
-// Scratch (device, mul_mv_q5_K_scratch_bytes(cols) bytes) holds the activations' f16 hi/lo
-// fragments; with scratch == nullptr the f32 CUDA-core kernel (v1) runs instead.
-size_t mul_mv_q5_K_scratch_bytes(int cols);
-void launch_mul_mv_q5_K(const uint8_t *w, size_t row_stride, int rows, int cols, const float *x, int T, float *y,
-                        void *scratch, cudaStream_t stream);
+// The matvec of every weight type (csrc/cuda/mul_mv.cu), by ggml type id: y (T x rows) = x (T x
+// cols) times W^T, batch invariant. mul_mv_types lists the ids it runs; the others throw
+// std::invalid_argument (as do cols not a multiple of mul_mv_col_multiple and misaligned rows).
+std::vector<int> mul_mv_types();
+int mul_mv_col_multiple(int type);
+size_t mul_mv_row_bytes(int type, int cols);
+void check_mul_mv_shape(int type, int cols);
+void launch_mul_mv(int type, const uint8_t *w, size_t row_stride, int rows, int cols, const float *x, int T, float *y,
+                   cudaStream_t stream);
 void launch_tanh(float *x, int64_t n, cudaStream_t stream);
 void launch_softcap(float *x, int64_t n, float s, float cap, bool four_pass, cudaStream_t stream);
 // Scratch: part_key and part_bad hold rows * ceil(n / 1024) entries each.
@@ -26,5 +31,10 @@ void launch_greedy_softcap_argmax(const float *x, int rows, int n, float s, floa
 size_t topk_scratch_elems(int rows, int n, int k);
 void launch_topk_rows(const float *x, int rows, int n, int k, uint64_t *scratch, uint32_t *ids, float *vals,
                       cudaStream_t stream);
+
+// Test and benchmark hooks (lmtail_cuda_check): force the other, result-identical path. The
+// product never calls them; no environment variable selects a kernel.
+void topk_force_bitonic_for_testing(bool on);
+void argmax_force_two_phase_for_testing(bool on);
 
 }  // namespace lmt::cuda

@@ -31,7 +31,7 @@
 // __match_any_sync grouping, warp 0 scanning with the state in shared memory, every slot
 // reloaded, a block scan to gather) took 16.1 us.
 //
-// Fallback (k too large for the final block's shared memory, or LMTAIL_CUDA_TOPK=bitonic): the
+// Fallback (k too large for the final block's shared memory, or topk_force_bitonic_for_testing): the
 // previous chunk bitonic sort. Each 1024-element chunk is bitonic-sorted by key in shared memory
 // and keeps its best min(k, 1024); merge passes load groups of lists into one block, sort and cut
 // to k, until one list per row remains (3+ launches; 61.9 us for k = 40 on one 202048 row).
@@ -478,10 +478,10 @@ static size_t rs_smem(int n, int k) {
 static bool rs_fits(int n, int k) { return rs_smem(n, k) <= (size_t)kRsMaxSmem; }
 static size_t rs_scratch_elems(int rows, int n, int k) { return (size_t)rows * rs_blocks(n) * rs_cap(k); }
 
-static bool use_bitonic() {  // LMTAIL_CUDA_TOPK=bitonic: the previous kernels (read per call, for benchmarks)
-    const char *e = std::getenv("LMTAIL_CUDA_TOPK");
-    return e && std::strcmp(e, "bitonic") == 0;
-}
+// The bitonic path for every k (lmtail_cuda_check compares both paths; the product never sets it).
+static bool g_force_bitonic = false;
+void topk_force_bitonic_for_testing(bool on) { g_force_bitonic = on; }
+static bool use_bitonic() { return g_force_bitonic; }
 
 // Scratch needed by launch_topk_rows, in uint64 elements (enough for either path).
 size_t topk_scratch_elems(int rows, int n, int k) {

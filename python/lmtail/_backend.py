@@ -4,7 +4,8 @@ One table (``_ROWS``) declares every backend lmtail knows, present here or not; 
 consult it instead of backend names or ``hasattr``. The CPU's weight types are not written here:
 they are the C++ CPU type table (csrc/cpu/types/types.hpp, ``LMT_CPU_TYPES``) read through
 ``_core.cpu_types()``, so a type merged there appears in ``lmtail.capabilities()``, ops and Head
-with no Python change. The device backends (metal, metal-emu, cuda) run Q5_K only so far.
+with no Python change. cuda runs every type of _CUDA_TYPES (csrc/cuda/mul_mv.cu's table); metal and
+metal-emu run Q5_K.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from . import _core
 from ._types import GGMLType, ggml_type
-from .errors import BackendError, ParameterError, UnsupportedError
+from .errors import BackendError, ParameterError, ShapeError, UnsupportedError
 
 # Every precision name any backend knows (lmt::cpu::Precision without "default").
 PRECISION_NAMES = ("f32", "i16", "i24", "ggml")
@@ -59,6 +60,17 @@ def _device_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision)
     getattr(impl, f"matvec_{t.name.lower()}")(w, cols, x2, out, threads, isa)
 
 
+def _cuda_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
+    cuda_check_cols(t, cols)
+    impl.matvec(w, t.id, cols, x2, out, threads, isa)
+
+
+def cuda_check_cols(t: TypeInfo, cols: int) -> None:
+    """The cuda kernels read the float types 8 columns per lane: cols must be a multiple of 8."""
+    if t.block_elems == 1 and cols % 8:
+        raise ShapeError(f"{t.name} on the cuda backend needs cols a multiple of 8; found {cols}")
+
+
 def _device_matvec_view(impl, t: TypeInfo, w, cols, x2, isa):
     # Metal: the logits stay in the shared buffer they were computed in; the result is a numpy
     # view of its contents (no copy out), which keeps the buffer alive.
@@ -86,13 +98,14 @@ class Row:
     # The norm kernels mark a row whose mean of squares overflowed with NaN instead of raising
     # (the device kernels); ops checks for that on the host.
     norm_poisons_overflow: bool = False
-    # Row t of a T-row matvec equals that activation row computed alone. False on CUDA, whose
-    # T = 1 kernel (v4) and batch kernel (v2) differ in the last bits (docs/DESIGN.md, CUDA).
+    # Row t of a T-row matvec equals that activation row computed alone (the same bytes).
     batch_invariant: bool = True
 
 
 _DEVICE_OPS = ("rms_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
 _DEVICE_Q5K = {"Q5_K": ("f32",)}
+# csrc/cuda/mul_mv.cu's kTypes (tests/test_cuda.py checks they agree): f32 accumulation only.
+_CUDA_TYPES = {n: ("f32",) for n in ("Q6_K", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "F16", "BF16", "F32")}
 
 # THE capability table. `available` is decided below, where each backend registers.
 _ROWS: dict[str, Row] = {
@@ -100,8 +113,7 @@ _ROWS: dict[str, Row] = {
     "metal": Row("metal", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view, True),
     "metal-emu": Row("metal-emu", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view,
                      True),
-    "cuda": Row("cuda", _DEVICE_Q5K, _DEVICE_OPS, "device", ("none", "rms"), _device_matvec, None, True,
-                batch_invariant=False),
+    "cuda": Row("cuda", _CUDA_TYPES, _DEVICE_OPS, "device", ("none", "rms"), _cuda_matvec, None, True),
 }
 for _r in _ROWS.values():  # a device type the CPU lacks would have no block geometry
     assert set(_r.matvec) <= set(TYPES), (_r.name, _r.matvec)

@@ -171,9 +171,10 @@ class Head:
             self._precision = self._cpu.precision
         elif self._route.head == "device":
             # Weights uploaded once; the tail runs on the device and only the route's bytes come back.
-            # The device head's kernels are Q5_K: the table lists no other type for that route.
+            _backend.cuda_check_cols(self._type, self._cols)
             self._device = self._impl.DeviceHead(self._weight, self._cols, norm, 1 if norm is not None else 0,
-                                                 self._eps, self._scale, self._softcap, self._max_tokens)
+                                                 self._eps, self._scale, self._softcap, self._max_tokens,
+                                                 weight_type=self._type.id)
         # Serialises the non-CPU paths (the device head holds one set of device buffers).
         self._lock = threading.Lock()
         self._count_lock = threading.Lock()

@@ -1,3 +1,5 @@
+// Bench only: the Q5_K matvec variants that preceded csrc/cuda/mul_mv.cu (not batch invariant:
+// T = 1 and T > 1 ran different kernels). Kept to compare against in bench/cuda/ggml_anchor.cu.
 // Q5_K matvec for T >= 1 activation rows with f32 activations (ggml's CUDA path quantises them to
 // q8_1 and loses about 7e-3 relative; lmtail keeps the activations' 24 bits).
 //
@@ -54,13 +56,13 @@
 //   holds T = 1 at 57% of the copy bandwidth.
 // * v1 (`mul_mv_q5_K_f32`, LMTAIL_CUDA_MMV=v1, or when no scratch is passed): one warp per row,
 //   f32 CUDA-core FMAs. Kept as the reference path and for before/after measurements.
-#include "common.cuh"
-#include "launch.hpp"
+#include "cuda/common.cuh"
+#include "mul_mv_q5_K_variants.hpp"
 
 #include <cstdlib>
 #include <cstring>
 
-namespace lmt::cuda {
+namespace lmt::cuda::bench {
 
 namespace {
 
@@ -1168,4 +1170,4 @@ void launch_mul_mv_q5_K(const uint8_t *w, size_t row_stride, int rows, int cols,
     LMT_CUDA_CHECK(cudaGetLastError());
 }
 
-}  // namespace lmt::cuda
+}  // namespace lmt::cuda::bench
