@@ -4,7 +4,9 @@ One table (``_ROWS``) declares every backend lmtail knows, present here or not; 
 consult it instead of backend names or ``hasattr``. The CPU's weight types are not written here:
 they are the C++ CPU type table (csrc/cpu/types/types.hpp, ``LMT_CPU_TYPES``) read through
 ``_core.cpu_types()``, so a type merged there appears in ``lmtail.capabilities()``, ops and Head
-with no Python change. The device backends (metal, metal-emu, cuda) run Q5_K only so far.
+with no Python change. metal and metal-emu run every type of ``_METAL_TYPES`` (the Metal host
+code's kernel table, csrc/metal/matvec.cpp; tests/test_metal_emu.py checks the two agree) at
+f32; cuda runs Q5_K only so far.
 """
 
 from __future__ import annotations
@@ -59,10 +61,14 @@ def _device_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision)
     getattr(impl, f"matvec_{t.name.lower()}")(w, cols, x2, out, threads, isa)
 
 
-def _device_matvec_view(impl, t: TypeInfo, w, cols, x2, isa):
-    # Metal: the logits stay in the shared buffer they were computed in; the result is a numpy
-    # view of its contents (no copy out), which keeps the buffer alive.
-    return getattr(impl, f"matvec_{t.name.lower()}_view")(w, cols, x2, isa)
+def _metal_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
+    # One entry point for every type (the type id picks the kernel's table row); f32 only.
+    impl.matvec(w, t.id, cols, x2, out, threads, isa)
+
+
+def _metal_matvec_view(impl, t: TypeInfo, w, cols, x2, isa):
+    # The logits stay in the shared buffer they were computed in: a zero-copy numpy view.
+    return impl.matvec_view(w, t.id, cols, x2, isa)
 
 
 @dataclass(frozen=True)
@@ -93,12 +99,14 @@ class Row:
 
 _DEVICE_OPS = ("rms_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
 _DEVICE_Q5K = {"Q5_K": ("f32",)}
+# The types of metal/matvec.metal (one kernel family; f32 products; batch invariant).
+_METAL_TYPES = {d: ("f32",) for d in ("F32", "F16", "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "BF16")}
 
 # THE capability table. `available` is decided below, where each backend registers.
 _ROWS: dict[str, Row] = {
     "cpu": Row("cpu", _CPU_PRECISIONS, FLOAT_OPS, "core", ("none", "rms", "layer"), _cpu_matvec),
-    "metal": Row("metal", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view, True),
-    "metal-emu": Row("metal-emu", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view,
+    "metal": Row("metal", _METAL_TYPES, _DEVICE_OPS, "ops", ("none", "rms"), _metal_matvec, _metal_matvec_view, True),
+    "metal-emu": Row("metal-emu", _METAL_TYPES, _DEVICE_OPS, "ops", ("none", "rms"), _metal_matvec, _metal_matvec_view,
                      True),
     "cuda": Row("cuda", _DEVICE_Q5K, _DEVICE_OPS, "device", ("none", "rms"), _device_matvec, None, True,
                 batch_invariant=False),
