@@ -35,7 +35,7 @@ struct MatvecIn {
 inline int64_t weight_rows(const py::array &w, lmt::WeightType type, int64_t cols, size_t *stride) {
     if (w.ndim() != 2 || !lmt::bind::dtype_matches<uint8_t>(w.dtype()) || w.strides(1) != 1 || w.strides(0) < 0)
         throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
-    const int64_t rows = (int64_t)w.shape(0), row_bytes = (int64_t)lmt::cpu::row_bytes(type, cols);  // names the block
+    const int64_t rows = (int64_t)w.shape(0), row_bytes = (int64_t)be::matvec_row_bytes(type, cols);  // names the block
     expect_shape(w, "w", {rows, row_bytes});
     *stride = rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
     return rows;

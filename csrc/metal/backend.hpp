@@ -71,6 +71,9 @@ std::string library_origin();
 void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
 // The weight types the matvec (and the head graph) run: one row each in csrc/metal/matvec.cpp.
 std::vector<WeightType> matvec_types();
+// Bytes of one row of `cols` weights of `type`: UnsupportedError for a type without a Metal
+// kernel, ArgumentError naming the block for cols that are not a multiple of it.
+size_t matvec_row_bytes(WeightType type, int64_t cols);
 // logits (T x rows) = W x^T in f32 for W of `type` (rows of row_stride bytes; cols a multiple of
 // the type's block); UnsupportedError for a type without a Metal kernel.
 void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,

@@ -39,14 +39,22 @@ std::vector<WeightType> matvec_types() {
     return v;
 }
 
+size_t matvec_row_bytes(WeightType type, int64_t cols) {
+    kernel_of(type);
+    const WeightTypeInfo *info = weight_type_info(type);
+    if (cols <= 0 || cols % info->block_elems != 0)
+        throw lmt::ArgumentError(std::string("matvec: cols must be a positive multiple of ") +
+                                 std::to_string(info->block_elems) + " (the " + info->name + " block); found " +
+                                 std::to_string(cols));
+    return (size_t)(cols / info->block_elems) * (size_t)info->block_bytes;
+}
+
 MatvecShape matvec_shape(WeightType type, int64_t rows, int64_t cols, size_t row_stride, int64_t T) {
     const MatvecKernel &k = kernel_of(type);
     const WeightTypeInfo *info = weight_type_info(type);
-    if (rows <= 0 || cols <= 0 || cols % info->block_elems != 0 || T < 1)
-        throw lmt::ArgumentError(std::string("matvec ") + info->name + ": need rows > 0, cols a positive multiple of " +
-                                 std::to_string(info->block_elems) + " (the block), T >= 1");
     MatvecShape s;
-    s.row_bytes = (size_t)(cols / info->block_elems) * (size_t)info->block_bytes;
+    s.row_bytes = matvec_row_bytes(type, cols);
+    if (rows <= 0 || T < 1) throw lmt::ArgumentError(std::string("matvec ") + info->name + ": need rows > 0 and T >= 1");
     if (rows > 1 && row_stride < s.row_bytes)
         throw lmt::ArgumentError(std::string("matvec ") + info->name + ": row stride shorter than a row of blocks");
     s.row_stride = rows > 1 ? row_stride : s.row_bytes;
