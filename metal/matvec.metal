@@ -87,23 +87,24 @@ inline void lmt_mv_slice(lmt_mv_q6_K, device const uchar *row, uint i0, thread f
     for (uint e = 0u; e < LMT_MV_SLICE; ++e) wv[e] = d * float(lmt_q6k_q(blk->ql, blk->qh, (int)(i + e)));
 }
 
-// The last n < 8 weights of a row. Only the block-of-1 types can end mid-slice (the host
-// requires cols to be a multiple of the block): the others never reach this.
+// The last n < 8 weights of a row, zeros after them (constant trip counts keep wv in registers).
+// Only the block-of-1 types can end mid-slice (the host requires cols to be a multiple of the
+// block): the others never reach this.
 template <typename Tag>
 inline void lmt_mv_tail(Tag, device const uchar *, uint, uint, thread float *wv) {
     for (uint e = 0u; e < LMT_MV_SLICE; ++e) wv[e] = 0.0f;
 }
 inline void lmt_mv_tail(lmt_mv_f32, device const uchar *row, uint i0, uint n, thread float *wv) {
     device const float *p = (device const float *)row + i0;
-    for (uint e = 0u; e < n; ++e) wv[e] = p[e];
+    for (uint e = 0u; e < LMT_MV_SLICE; ++e) wv[e] = e < n ? p[e] : 0.0f;
 }
 inline void lmt_mv_tail(lmt_mv_f16, device const uchar *row, uint i0, uint n, thread float *wv) {
     device const lmt_f16_bits *p = (device const lmt_f16_bits *)row + i0;
-    for (uint e = 0u; e < n; ++e) wv[e] = float(as_type<half>(p[e]));
+    for (uint e = 0u; e < LMT_MV_SLICE; ++e) wv[e] = e < n ? float(as_type<half>(p[e])) : 0.0f;
 }
 inline void lmt_mv_tail(lmt_mv_bf16, device const uchar *row, uint i0, uint n, thread float *wv) {
     device const lmt_bf16_bits *p = (device const lmt_bf16_bits *)row + i0;
-    for (uint e = 0u; e < n; ++e) wv[e] = as_type<float>(lmt_bf16_to_f32_bits(p[e]));
+    for (uint e = 0u; e < LMT_MV_SLICE; ++e) wv[e] = e < n ? as_type<float>(lmt_bf16_to_f32_bits(p[e])) : 0.0f;
 }
 
 // ---- the kernel, shared by every type ---------------------------------------------------------
@@ -122,7 +123,9 @@ inline void lmt_mul_mv(Tag tag, device const uchar *w, device const float *x, de
             float wv[LMT_MV_SLICE];
             if (s < full) {
                 lmt_mv_slice(tag, wr, i0, wv);
-                for (uint t = 0u; t < tn; ++t) {
+                // constant trip counts with a guard: acc[] stays in registers (no dynamic index)
+                for (uint t = 0u; t < LMT_MV_TOKENS; ++t) {
+                    if (t >= tn) break;
                     device const float *xt = x + (ulong)(t0 + t) * args.cols + i0;
                     float d = 0.0f;
                     for (uint e = 0u; e < LMT_MV_SLICE; ++e) d = fma(wv[e], xt[e], d);
@@ -131,10 +134,11 @@ inline void lmt_mul_mv(Tag tag, device const uchar *w, device const float *x, de
             } else {
                 const uint n = args.cols - i0;
                 lmt_mv_tail(tag, wr, i0, n, wv);
-                for (uint t = 0u; t < tn; ++t) {
+                for (uint t = 0u; t < LMT_MV_TOKENS; ++t) {
+                    if (t >= tn) break;
                     device const float *xt = x + (ulong)(t0 + t) * args.cols + i0;
                     float d = 0.0f;
-                    for (uint e = 0u; e < n; ++e) d = fma(wv[e], xt[e], d);
+                    for (uint e = 0u; e < LMT_MV_SLICE; ++e) d = fma(wv[e], e < n ? xt[e] : 0.0f, d);
                     acc[t] = acc[t] + d;
                 }
             }
