@@ -34,15 +34,27 @@ def test_shape_and_every_backend():
     # Batch invariance is a property users can check: every backend.
     assert {b: caps[b]["matvec"]["batch_invariant"] for b in caps} == {
         "cpu": True, "metal": True, "metal-emu": True, "cuda": True}
-    # cuda runs every type at f32 (csrc/cuda/mul_mv.cu); the Metal backends keep Q5_K only.
+    # cuda runs every type at f32 (csrc/cuda/mul_mv.cu).
     assert caps["cuda"]["matvec"]["dtypes"] == ["Q6_K", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "F16", "BF16", "F32"]
     assert all(v == {"precisions": ["f32"], "default": "f32"} for v in caps["cuda"]["matvec"]["by_dtype"].values())
+    # metal and metal-emu run every CPU type at f32 (one kernel family, metal/matvec.metal).
     for b in ("metal", "metal-emu"):
-        assert caps[b]["matvec"]["dtypes"] == ["Q5_K"]
-        assert caps[b]["matvec"]["by_dtype"]["Q5_K"] == {"precisions": ["f32"], "default": "f32"}
+        assert sorted(caps[b]["matvec"]["dtypes"]) == sorted(caps["cpu"]["matvec"]["dtypes"])
+        assert all(v == {"precisions": ["f32"], "default": "f32"} for v in caps[b]["matvec"]["by_dtype"].values())
     # A fresh dict each call: callers may edit theirs.
     caps["cpu"]["matvec"]["dtypes"].append("X")
     assert "X" not in lmtail.capabilities()["cpu"]["matvec"]["dtypes"]
+
+
+def test_metal_columns_are_the_host_kernel_table():
+    # The Python row lists exactly the types of csrc/metal/matvec.cpp's table (metal and
+    # metal-emu build the same host code, so the emulator's table is the device's).
+    if not hasattr(lmtail._core, "metal_emu"):
+        pytest.skip("metal-emu not built (LMTAIL_EMU=OFF): the host kernel table is not importable")
+    ids = {r["name"]: r["id"] for r in lmtail._core.cpu_types()}
+    table = sorted(lmtail._core.metal_emu.matvec_types())
+    for b in ("metal", "metal-emu"):
+        assert sorted(ids[d] for d in lmtail.capabilities()[b]["matvec"]["dtypes"]) == table
 
 
 def test_cpu_column_is_the_cpp_table():

@@ -5,7 +5,8 @@ Per-op bounds (emulator vs cpu):
 * scale, tanh, softcap (both routes): identical bytes. The emulator's MSL `tanh` is the host
   libm's tanhf, the CPU backend's too; on a real GPU Metal's tanh differs (see DESIGN.md).
 * rms_norm: rel 4e-6 (float partial sums per lane + simd_sum against the CPU's double sum).
-* matvec_q5_k: |gpu - cpu| <= 2e-6 * (|W| @ |x|) + 1e-30 (lane-partial fma sums + simd_sum).
+* matvec (every type of metal/matvec.metal): |gpu - cpu f32| <= 2e-6 * (|W| @ |x|) + 1e-30
+  (lane-partial fma sums + simd_sum); row t of a batch identical to that row alone.
 * argmax, greedy_argmax, topk: identical (ids and value bytes), ties included.
 """
 
@@ -29,6 +30,8 @@ from _util import q5k_matrix
 pytestmark = pytest.mark.skipif("metal-emu" not in lmtail.backends(), reason="built without LMTAIL_EMU")
 EMU = "metal-emu"
 ORDERS = [("forward", 1), ("reverse", 1), ("random", 1), ("random", 2)]
+METAL_TYPES = lmtail.capabilities()[EMU]["matvec"]["dtypes"]
+BLOCK = {r["name"]: r["block_elems"] for r in lmtail._core.cpu_types()}
 
 
 @pytest.fixture
@@ -63,12 +66,14 @@ def test_registered_and_kernels_listed(me):
     names = {k["name"]: k for k in me.kernels()}
     for n in ["argmax_f32_phase1", "argmax_f32_phase2", "greedy_argmax_f32_phase1", "greedy_argmax_f32_phase2",
               "scale_f32", "scale_f32_4", "tanh_f32", "tanh_f32_4", "scale_softcap_f32", "rms_norm_f32",
-              "mul_mv_q5_K_f32", "topk_f32", "get_rows_f32"]:
+              "topk_f32", "get_rows_f32"] + [f"mul_mv_{d.lower().replace('_k', '_K')}_f32" for d in METAL_TYPES]:
         assert n in names, n
     acc = {b["name"]: b["access"] for b in names["argmax_f32_phase1"]["buffers"]}
     assert acc == {"x": "read", "partial_key": "write", "partial_idx": "write", "args": "read"}
-    acc = {b["name"]: b["access"] for b in names["mul_mv_q5_K_f32"]["buffers"]}
-    assert acc == {"w": "read", "x": "read", "y": "write", "args": "read"}
+    for d in METAL_TYPES:
+        k = names[f"mul_mv_{d.lower().replace('_k', '_K')}_f32"]
+        assert {b["name"]: b["access"] for b in k["buffers"]} == {"w": "read", "x": "read", "y": "write", "args": "read"}
+        assert k["file"] == "metal/matvec.metal"  # one kernel family
     assert names["argmax_f32_phase1"]["file"] == "metal/argmax.metal"
 
 
@@ -124,6 +129,94 @@ def test_matvec(me, rows, cols, T):
     bound = np.abs(lmtail.dequantize_q5_k(w)).astype(np.float64) @ np.abs(x.astype(np.float64)).T
     assert np.all(np.abs(got.astype(np.float64) - want) <= 2e-6 * bound.T + 1e-30)
     assert ops.matvec_q5_k(w, x[0], backend=EMU).shape == (rows,)
+
+
+def _typed(dtype, rows, cols, seed):
+    w = (np.random.default_rng(seed).standard_normal((rows, cols)) * 0.05).astype(np.float32)
+    return lmtail.quantize(w, dtype)
+
+
+def _bound(q, dtype, x):
+    return (np.abs(lmtail.dequantize(q, dtype)).astype(np.float64) @ np.abs(x.astype(np.float64)).T).T
+
+
+# Awkward shapes per block size: one row, odd row counts (a threadgroup's second SIMD-group with
+# no row), a last slice pass that only some lanes reach, and (block-of-1 types) cols ending
+# mid-slice.
+def _shapes(dtype):
+    blk = BLOCK[dtype]
+    if blk == 256:
+        return [(1, 256, 1), (9, 512, 5), (13, 1280, 2)]
+    if blk == 32:
+        return [(1, 32, 1), (9, 640, 5), (13, 96, 2)]
+    return [(1, 3, 1), (9, 640, 5), (13, 109, 2)]
+
+
+@pytest.mark.parametrize("dtype", METAL_TYPES)
+def test_matvec_every_type(me, dtype):
+    for rows, cols, T in _shapes(dtype):
+        q = _typed(dtype, rows, cols, seed=rows + cols)
+        x = np.random.default_rng(cols).standard_normal((T, cols)).astype(np.float32)
+        want = ops.matvec(q, x, dtype, precision="f32")  # the CPU reference
+        got = under_orders(me, lambda: ops.matvec(q, x, dtype, backend=EMU))
+        assert np.all(np.abs(got.astype(np.float64) - want) <= 2e-6 * _bound(q, dtype, x) + 1e-30), (rows, cols, T)
+        for t in range(T):  # batch invariant: each token's reduction order is independent of T
+            assert ops.matvec(q, x[t], dtype, backend=EMU).tobytes() == got[t].tobytes()
+
+
+@pytest.mark.parametrize("dtype", METAL_TYPES)
+def test_matvec_misaligned_and_strided_rows(me, dtype):
+    # A byte view at an odd offset (rows the kernel cannot read aligned: packed once) and rows
+    # with a stride above the row bytes (wrapped in place): the same bytes as the compact rows.
+    cols = 2 * BLOCK[dtype] if BLOCK[dtype] > 1 else 40
+    q = _typed(dtype, 5, cols, seed=7)
+    x = np.random.default_rng(1).standard_normal((2, cols)).astype(np.float32)
+    base = ops.matvec(q, x, dtype, backend=EMU).tobytes()
+    raw = np.zeros(q.nbytes + 1, np.uint8)
+    odd = raw[1:].reshape(q.shape)
+    odd[...] = q
+    assert ops.matvec(odd, x, dtype, backend=EMU).tobytes() == base
+    wide = np.zeros((q.shape[0], q.shape[1] + 6), np.uint8)
+    wide[:, : q.shape[1]] = q
+    assert ops.matvec(wide[:, : q.shape[1]], x, dtype, backend=EMU).tobytes() == base
+
+
+@pytest.mark.parametrize("dtype", METAL_TYPES)
+def test_head_graph_every_type(me, dtype):
+    # The whole tail in one encoder (norm -> mul_mv_<type> -> scale -> cap -> greedy) per type.
+    cols = 512 if BLOCK[dtype] == 256 else 640
+    q = _typed(dtype, 300, cols, seed=3)
+    gamma = np.random.default_rng(3).uniform(0.5, 1.5, cols).astype(np.float32)
+    h = np.random.default_rng(4).standard_normal((2, cols)).astype(np.float32)
+    type_id = next(r["id"] for r in lmtail._core.cpu_types() if r["name"] == dtype)
+    logits = np.empty((2, 300), np.float32)
+    res, _, _ = me.head_greedy(q, cols, gamma, h, 1e-6, 0.5, 20.0, np.zeros(0, np.uint32), logits, False, None,
+                               False, type_id)
+    ref = lmtail.Head(q, gamma, dtype=dtype, logit_scale=0.5, softcap=20.0, eps=1e-6, precision="f32").logits(h)
+    np.testing.assert_allclose(logits, ref, rtol=1e-5, atol=1e-5)
+    assert res.tolist() == ops.greedy_argmax(logits).tolist()
+    # the graph's logits are the ops composition's on the same backend, byte for byte
+    emu = lmtail.Head(q, gamma, dtype=dtype, backend=EMU, logit_scale=0.5, softcap=20.0, eps=1e-6)
+    assert emu.logits(h).tobytes() == logits.tobytes()
+    with pytest.raises(lmtail.UnsupportedError, match="no Metal kernel"):  # Q4_1 (ggml id 3)
+        me.head_greedy(np.zeros((2, 20), np.uint8), 32, None, np.zeros((1, 32), np.float32), 1e-6, 1.0, 0.0,
+                       np.zeros(0, np.uint32), None, False, None, False, 3)
+
+
+@pytest.mark.parametrize("dtype", METAL_TYPES)
+def test_head_from_gguf_every_type(me, tmp_path, dtype):
+    from _gguf_util import HEAD_TYPES, head_model
+
+    type_id, blk, _ = HEAD_TYPES[dtype]
+    cols = 512 if blk == 256 else 640
+    path, _ = head_model(tmp_path / "m.gguf", "llama", rows=200, cols=cols, head_type=type_id)
+    cpu = lmtail.Head.from_gguf(path, precision="f32")
+    emu = lmtail.Head.from_gguf(path, backend=EMU)
+    assert emu.dtype == dtype == cpu.dtype
+    h = np.random.default_rng(0).standard_normal((2, cols)).astype(np.float32)
+    lc = cpu.logits(h).copy()
+    np.testing.assert_allclose(emu.logits(h), lc, rtol=1e-5, atol=1e-6 * float(np.abs(lc).max()))
+    assert emu.greedy(h).tolist() == ops.greedy_argmax(emu.logits(h)).tolist()
 
 
 def test_matvec_zero_copy_offset_view(me):

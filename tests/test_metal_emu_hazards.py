@@ -201,6 +201,23 @@ def test_head_graph_each_barrier_is_needed(me, head_data, barrier):
         _graph(me, head_data)
 
 
+@pytest.mark.parametrize("dtype", ["Q6_K", "Q8_0", "F16"])
+@pytest.mark.parametrize("barrier", ["norm_head", "head_scale"])
+def test_head_graph_barriers_around_every_type_head(me, dtype, barrier):
+    # The head dispatch of another type (its table row in csrc/metal/matvec.cpp) reads the
+    # normed rows and writes the logits: the checker sees both edges, as for Q5_K.
+    ids = {r["name"]: r["id"] for r in lmtail._core.cpu_types()}
+    cols = 256 if dtype.endswith("_K") else 320
+    w = lmtail.quantize((np.random.default_rng(1).standard_normal((40, cols)) * 0.05).astype(np.float32), dtype)
+    gamma = np.ones(cols, np.float32)
+    h = np.random.default_rng(2).standard_normal((1, cols)).astype(np.float32)
+    args = (w, cols, gamma, h, 1e-6, 0.5, 20.0, np.zeros(0, np.uint32), None, False, None, False, ids[dtype])
+    me.head_greedy(*args)  # every barrier in place: no hazard
+    me.set_debug([barrier], -1)
+    with pytest.raises(HazardError):
+        me.head_greedy(*args)
+
+
 def test_head_graph_route_a_zero_copy_view(me, head_data):
     w, cols, gamma, h = head_data
     copy = np.empty((2, w.shape[0]), dtype=np.float32)

@@ -25,24 +25,53 @@ using lmt::bind::expect_shape;
 // `isa` is accepted for signature parity with the CPU functions and ignored, but still checked.
 inline void check_isa(const std::string &isa) { (void)lmt::bind::parse_isa(isa); }
 
-// The checked operands of a matvec call (weights of contiguous rows, x (T, cols) f32).
+// The checked operands of a matvec call (weights of contiguous rows of `type`, x (T, cols) f32).
 struct MatvecIn {
     const uint8_t *w;
     int64_t rows, T;
     size_t stride;
     const float *x;
 };
-inline MatvecIn matvec_in(const py::array &w, int64_t cols, const py::array &x, const std::string &isa) {
-    check_isa(isa);
+inline int64_t weight_rows(const py::array &w, lmt::WeightType type, int64_t cols, size_t *stride) {
     if (w.ndim() != 2 || !lmt::bind::dtype_matches<uint8_t>(w.dtype()) || w.strides(1) != 1 || w.strides(0) < 0)
         throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
-    if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
-    const int64_t rows = (int64_t)w.shape(0), row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
+    const int64_t rows = (int64_t)w.shape(0), row_bytes = (int64_t)be::matvec_row_bytes(type, cols);  // names the block
     expect_shape(w, "w", {rows, row_bytes});
-    const int64_t T = dim(x, 0, "x");
-    expect_shape(x, "x", {T, cols});
-    return MatvecIn{static_cast<const uint8_t *>(w.data()), rows, T,
-                    rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes, data_of<float>(x, "x", false)};
+    *stride = rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
+    return rows;
+}
+inline MatvecIn matvec_in(const py::array &w, lmt::WeightType type, int64_t cols, const py::array &x,
+                          const std::string &isa) {
+    check_isa(isa);
+    MatvecIn in{};
+    in.rows = weight_rows(w, type, cols, &in.stride);
+    in.w = static_cast<const uint8_t *>(w.data());
+    in.T = dim(x, 0, "x");
+    expect_shape(x, "x", {in.T, cols});
+    in.x = data_of<float>(x, "x", false);
+    return in;
+}
+inline py::array_t<float> matvec_view(lmt::WeightType type, const py::array &w, int64_t cols, const py::array &x,
+                                      const std::string &isa) {
+    const MatvecIn in = matvec_in(w, type, cols, x, isa);
+    be::SharedFloats y;
+    {
+        py::gil_scoped_release nogil;
+        y = be::matvec_shared(type, in.w, in.rows, cols, in.stride, in.x, in.T);
+    }
+    // The array views the shared buffer's contents; the capsule keeps the buffer alive.
+    auto *keep = new std::shared_ptr<void>(std::move(y.keep));
+    py::capsule owner(keep, [](void *p) { delete static_cast<std::shared_ptr<void> *>(p); });
+    return py::array_t<float>({in.T, in.rows}, {in.rows * (int64_t)sizeof(float), (int64_t)sizeof(float)}, y.data,
+                              owner);
+}
+inline void matvec_into(lmt::WeightType type, const py::array &w, int64_t cols, const py::array &x, py::array &out,
+                        const std::string &isa) {
+    const MatvecIn in = matvec_in(w, type, cols, x, isa);
+    expect_shape(out, "out", {in.T, in.rows});
+    float *op = data_of<float>(out, "out", true);
+    py::gil_scoped_release nogil;
+    be::matvec(type, in.w, in.rows, cols, in.stride, in.x, in.T, op);
 }
 
 #if defined(LMTAIL_METAL_TESTING)
@@ -79,30 +108,41 @@ inline void bind_ops(py::module_ &e) {
         },
         py::arg("x"), py::arg("gamma"), py::arg("out"), py::arg("eps"));
     e.def(
+        "matvec_types",
+        [] {
+            std::vector<int> v;
+            for (lmt::WeightType t : be::matvec_types()) v.push_back((int)t);
+            return v;
+        },
+        "ggml type ids of the weight types the matvec and the head graph run (csrc/metal/matvec.cpp's table).");
+    e.def(
+        "matvec",
+        [](const py::array &w, int dtype, int64_t cols, const py::array &x, py::array &out, int threads,
+           const std::string &isa) {
+            (void)threads;
+            matvec_into(static_cast<lmt::WeightType>(dtype), w, cols, x, out, isa);
+        },
+        py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0,
+        py::arg("isa") = "auto", "out[t, r] = W[r] . x[t] in f32 for W of ggml type id `dtype` (rows, row_bytes).");
+    e.def(
+        "matvec_view",
+        [](const py::array &w, int dtype, int64_t cols, const py::array &x, const std::string &isa) {
+            return matvec_view(static_cast<lmt::WeightType>(dtype), w, cols, x, isa);
+        },
+        py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("x"), py::arg("isa") = "auto",
+        "matvec whose (T, rows) result is a zero-copy view of the shared logits buffer.");
+    // The Q5_K spellings of the two (the entry points the device backends share).
+    e.def(
         "matvec_q5_k",
         [](const py::array &w, int64_t cols, const py::array &x, py::array &out, int threads, const std::string &isa) {
             (void)threads;
-            const MatvecIn in = matvec_in(w, cols, x, isa);
-            expect_shape(out, "out", {in.T, in.rows});
-            float *op = data_of<float>(out, "out", true);
-            py::gil_scoped_release nogil;
-            be::matvec_q5_k(in.w, in.rows, cols, in.stride, in.x, in.T, op);
+            matvec_into(lmt::WeightType::Q5_K, w, cols, x, out, isa);
         },
         py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0, py::arg("isa") = "auto");
     e.def(
         "matvec_q5_k_view",
         [](const py::array &w, int64_t cols, const py::array &x, const std::string &isa) {
-            const MatvecIn in = matvec_in(w, cols, x, isa);
-            be::SharedFloats y;
-            {
-                py::gil_scoped_release nogil;
-                y = be::matvec_q5_k_shared(in.w, in.rows, cols, in.stride, in.x, in.T);
-            }
-            // The array views the shared buffer's contents; the capsule keeps the buffer alive.
-            auto *keep = new std::shared_ptr<void>(std::move(y.keep));
-            py::capsule owner(keep, [](void *p) { delete static_cast<std::shared_ptr<void> *>(p); });
-            return py::array_t<float>({in.T, in.rows}, {in.rows * (int64_t)sizeof(float), (int64_t)sizeof(float)},
-                                      y.data, owner);
+            return matvec_view(lmt::WeightType::Q5_K, w, cols, x, isa);
         },
         py::arg("w"), py::arg("cols"), py::arg("x"), py::arg("isa") = "auto",
         "Q5_K matvec whose (T, rows) result is a zero-copy view of the shared logits buffer.");
@@ -168,16 +208,11 @@ inline void bind_ops(py::module_ &e) {
         "head_greedy",
         [](const py::array &w, int64_t cols, const py::object &gamma, const py::array &hidden, float eps, float scale,
            float cap, const py::array &excluded, py::object logits_out, bool raw, const py::object &embed,
-           bool logits_view) {
-            if (w.ndim() != 2 || !lmt::bind::dtype_matches<uint8_t>(w.dtype()) || w.strides(1) != 1)
-                throw py::type_error("w: expected a 2-D uint8 array of contiguous rows");
+           bool logits_view, int dtype) {
             be::HeadArgs a;
-            a.rows = (int64_t)w.shape(0);
+            a.type = static_cast<lmt::WeightType>(dtype);
+            a.rows = weight_rows(w, a.type, cols, &a.row_stride);
             a.cols = cols;
-            if (cols <= 0 || cols % LMT_QK_K) throw lmt::ArgumentError("cols must be a positive multiple of 256");
-            const int64_t row_bytes = cols / LMT_QK_K * LMT_Q5K_BLOCK_BYTES;
-            expect_shape(w, "w", {a.rows, row_bytes});
-            a.row_stride = a.rows > 1 ? (size_t)w.strides(0) : (size_t)row_bytes;
             a.w = static_cast<const uint8_t *>(w.data());
             a.T = dim(hidden, 0, "hidden");
             expect_shape(hidden, "hidden", {a.T, cols});
@@ -236,7 +271,8 @@ inline void bind_ops(py::module_ &e) {
         py::arg("w"), py::arg("cols"), py::arg("gamma"), py::arg("hidden"), py::arg("eps"), py::arg("scale"),
         py::arg("cap"), py::arg("excluded"), py::arg("logits_out") = py::none(), py::arg("raw") = false,
         py::arg("embed") = py::none(), py::arg("logits_view") = false,
-        "The tail as one concurrent-encoder graph. Returns (result slots uint32 (T,), gathered embedding rows or "
+        py::arg("dtype") = (int)lmt::WeightType::Q5_K,
+        "The tail (weights of ggml type id `dtype`) as one concurrent-encoder graph. Returns (result slots uint32 (T,), gathered embedding rows or "
         "None, logits: a read-only zero-copy view of the retained shared logits buffer when logits_view, else None).");
 
     e.def("device_name", &be::device_name);

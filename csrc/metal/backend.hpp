@@ -8,7 +8,7 @@
 // Every op copies its small inputs into shared buffers (the head weights are wrapped without a
 // copy), encodes one concurrent compute encoder with a memoryBarrier(resources) between every
 // dependent pair of dispatches, commits and waits; the matvec can hand its logits buffer to the
-// caller (matvec_q5_k_shared: a numpy view of contents(), no copy out).
+// caller (matvec_shared: a numpy view of contents(), no copy out).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "lmtail/weight_type.hpp"
 
 #ifndef LMT_METAL_NS
 #define LMT_METAL_NS metal_emu
@@ -67,16 +69,23 @@ void set_source_dir(const std::string &kernels_dir, const std::string &include_d
 std::string library_origin();
 
 void rms_norm(const float *x, const float *gamma, float *y, int64_t n_rows, int64_t cols, float eps);
-void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x, int64_t T,
-                 float *logits);
+// The weight types the matvec (and the head graph) run: one row each in csrc/metal/matvec.cpp.
+std::vector<WeightType> matvec_types();
+// Bytes of one row of `cols` weights of `type`: UnsupportedError for a type without a Metal
+// kernel, ArgumentError naming the block for cols that are not a multiple of it.
+size_t matvec_row_bytes(WeightType type, int64_t cols);
+// logits (T x rows) = W x^T in f32 for W of `type` (rows of row_stride bytes; cols a multiple of
+// the type's block); UnsupportedError for a type without a Metal kernel.
+void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,
+            int64_t T, float *logits);
 // The same matvec, the logits left in the shared buffer it was computed in (zero-copy): `data`
 // points at its contents (T x rows floats), `keep` owns the buffer (the last owner releases it).
 struct SharedFloats {
     float *data = nullptr;
     std::shared_ptr<void> keep;
 };
-SharedFloats matvec_q5_k_shared(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride, const float *x,
-                                int64_t T);
+SharedFloats matvec_shared(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride,
+                           const float *x, int64_t T);
 void scale(float *x, int64_t n, float s);
 void tanh(float *x, int64_t n);
 void softcap(float *x, int64_t n, float s, float cap, bool four_pass);
@@ -86,13 +95,14 @@ void greedy_argmax_rows(const float *x, int64_t n_rows, int64_t n, const uint32_
 void topk_rows(const float *x, int64_t n_rows, int64_t n, int64_t k, uint32_t *ids, float *values);
 
 // The whole tail as one graph in one concurrent encoder:
-//   norm -> head -> x*scale -> x*(1/cap) -> tanh -> x*cap -> greedy phase 1 -> phase 2
+//   norm -> head (any matvec_types() type) -> x*scale -> x*(1/cap) -> tanh -> x*cap -> greedy phase 1 -> phase 2
 // Route A: the capped logits stay in a shared buffer (copied to `logits` when non-null).
 // Route B: the 4-byte result slot per row stays on the device; `result` receives its raw
 // value. Unless `raw`, 0xFFFFFFFF raises NonFiniteError and any other value >= rows raises too.
 // When `embed` is non-null, a get_rows dispatch gathers embed[result] (rows x embed_dim) into
 // `embed_out` on the device, reading the token id from the result slot (the next step's input).
 struct HeadArgs {
+    WeightType type = WeightType::Q5_K;
     const uint8_t *w = nullptr;
     int64_t rows = 0, cols = 0;
     size_t row_stride = 0;

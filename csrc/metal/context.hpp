@@ -96,8 +96,16 @@ inline uint32_t u32(int64_t v, const char *what) {
 // ---- encoder functions, one per op (argmax.cpp, unary.cpp, rms_norm.cpp, ...) ----
 void encode_rms_norm(Context &c, MTL::ComputeCommandEncoder *enc, View x, View gamma, bool has_gamma, View y,
                      uint32_t n_rows, uint32_t cols, float eps);
-void encode_matvec_q5_k(Context &c, MTL::ComputeCommandEncoder *enc, View w, View x, View y, uint32_t rows,
-                        uint32_t cols, uint32_t T, uint32_t row_bytes);
+// matvec.cpp: the checked geometry of a weight operand, its binding (wrapped in place when its
+// rows are aligned for the type, else packed), and the encoder of the type's table row.
+struct MatvecShape {
+    size_t row_bytes = 0, row_stride = 0, extent = 0;
+    uint32_t align = 1;
+};
+MatvecShape matvec_shape(WeightType type, int64_t rows, int64_t cols, size_t row_stride, int64_t T);
+Wrapped wrap_weights(Context &c, const uint8_t *w, int64_t rows, const MatvecShape &s, MatvecShape *bound);
+void encode_matvec(Context &c, MTL::ComputeCommandEncoder *enc, WeightType type, View w, View x, View y,
+                   uint32_t rows, uint32_t cols, uint32_t T, uint32_t row_stride);
 void encode_scale(Context &c, MTL::ComputeCommandEncoder *enc, View x, uint32_t n, float s);
 void encode_tanh(Context &c, MTL::ComputeCommandEncoder *enc, View x, uint32_t n);
 // cap <= 0: scale only. four_pass: the four llama.cpp nodes with barriers in between.

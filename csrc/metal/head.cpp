@@ -1,6 +1,6 @@
 // The LM-head tail as one graph in one concurrent compute encoder (Python: lmtail.Head).
 //
-//   rms_norm -> mul_mv_q5_K -> x*scale -> x*(1/cap) -> tanh -> x*cap -> greedy phase 1 -> phase 2
+//   rms_norm -> mul_mv_<type> -> x*scale -> x*(1/cap) -> tanh -> x*cap -> greedy phase 1 -> phase 2
 //   [-> get_rows from the result slot]
 //
 // Every dependent pair is separated by memoryBarrier(resources) on exactly the buffer the
@@ -41,14 +41,14 @@ void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embe
                  SharedView *logits_view) {
     if (a.rows <= 0 || a.rows >= (int64_t)0x7FFFFFFF)
         throw lmt::ArgumentError("head: the vocabulary must fit in 31 bits (the non-finite latch uses the high bit)");
-    if (a.cols <= 0 || a.cols % LMT_QK_K != 0) throw lmt::ArgumentError("head: cols must be a positive multiple of 256");
     if (a.T < 1) throw lmt::ArgumentError("head: need at least one hidden row");
+    const MatvecShape ms = matvec_shape(a.type, a.rows, a.cols, a.row_stride, a.T);
     if (a.embed && (a.embed_rows <= 0 || a.embed_dim <= 0)) throw lmt::ArgumentError("head: empty embedding table");
     const uint32_t rows = (uint32_t)a.rows, cols = (uint32_t)a.cols, T = u32(a.T, "T");
     Context &c = context();
     std::lock_guard<std::mutex> lk(c.mu);
-    const size_t extent = (size_t)(a.rows - 1) * a.row_stride + (size_t)(a.cols / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES;
-    const Wrapped w = wrap_readonly(c, a.w, extent, "head_weight");
+    MatvecShape wbound;
+    const Wrapped w = wrap_weights(c, a.w, a.rows, ms, &wbound);
     auto hidden = c.upload(a.hidden, (size_t)T * cols * sizeof(float), "hidden");
     auto gamma = a.gamma ? c.upload(a.gamma, (size_t)cols * sizeof(float), "norm_gamma") : c.buffer(4, "norm_gamma");
     auto normed = c.buffer((size_t)T * cols * sizeof(float), "normed");
@@ -73,7 +73,8 @@ void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embe
             barrier(enc, {normed.get()}, kBarrierNormHead);
             x = View{normed.get(), 0};
         }
-        encode_matvec_q5_k(c, enc, w.view(), x, View{lg.get(), 0}, rows, cols, T, u32((int64_t)a.row_stride, "stride"));
+        encode_matvec(c, enc, a.type, w.view(), x, View{lg.get(), 0}, rows, cols, T,
+                      u32((int64_t)wbound.row_stride, "stride"));
         barrier(enc, {lg.get()}, kBarrierHeadScale);
         encode_softcap(c, enc, View{lg.get(), 0}, T * rows, a.scale, a.cap, true);
         barrier(enc, {lg.get()}, kBarrierCapArgmax);

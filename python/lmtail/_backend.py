@@ -4,8 +4,9 @@ One table (``_ROWS``) declares every backend lmtail knows, present here or not; 
 consult it instead of backend names or ``hasattr``. The CPU's weight types are not written here:
 they are the C++ CPU type table (csrc/cpu/types/types.hpp, ``LMT_CPU_TYPES``) read through
 ``_core.cpu_types()``, so a type merged there appears in ``lmtail.capabilities()``, ops and Head
-with no Python change. cuda runs every type of _CUDA_TYPES (csrc/cuda/mul_mv.cu's table); metal and
-metal-emu run Q5_K.
+with no Python change. metal and metal-emu run every type of ``_METAL_TYPES`` (the Metal host
+code's kernel table, csrc/metal/matvec.cpp; tests/test_metal_emu.py checks the two agree) and cuda
+every type of ``_CUDA_TYPES`` (csrc/cuda/mul_mv.cu's table), at f32.
 """
 
 from __future__ import annotations
@@ -55,11 +56,6 @@ def _cpu_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
     impl.matvec(w, t.id, cols, x2, out, threads, isa, precision)
 
 
-def _device_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
-    # The device kernels have one entry point per type and no precision argument (f32 only).
-    getattr(impl, f"matvec_{t.name.lower()}")(w, cols, x2, out, threads, isa)
-
-
 def _cuda_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
     cuda_check_cols(t, cols)
     impl.matvec(w, t.id, cols, x2, out, threads, isa)
@@ -71,10 +67,14 @@ def cuda_check_cols(t: TypeInfo, cols: int) -> None:
         raise ShapeError(f"{t.name} on the cuda backend needs cols a multiple of 8; found {cols}")
 
 
-def _device_matvec_view(impl, t: TypeInfo, w, cols, x2, isa):
-    # Metal: the logits stay in the shared buffer they were computed in; the result is a numpy
-    # view of its contents (no copy out), which keeps the buffer alive.
-    return getattr(impl, f"matvec_{t.name.lower()}_view")(w, cols, x2, isa)
+def _metal_matvec(impl, t: TypeInfo, w, cols, x2, out, threads, isa, precision):
+    # One entry point for every type (the type id picks the kernel's table row); f32 only.
+    impl.matvec(w, t.id, cols, x2, out, threads, isa)
+
+
+def _metal_matvec_view(impl, t: TypeInfo, w, cols, x2, isa):
+    # The logits stay in the shared buffer they were computed in: a zero-copy numpy view.
+    return impl.matvec_view(w, t.id, cols, x2, isa)
 
 
 @dataclass(frozen=True)
@@ -103,15 +103,16 @@ class Row:
 
 
 _DEVICE_OPS = ("rms_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
-_DEVICE_Q5K = {"Q5_K": ("f32",)}
 # csrc/cuda/mul_mv.cu's kTypes (tests/test_cuda.py checks they agree): f32 accumulation only.
 _CUDA_TYPES = {n: ("f32",) for n in ("Q6_K", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "F16", "BF16", "F32")}
+# The types of metal/matvec.metal (one kernel family; f32 products; batch invariant).
+_METAL_TYPES = {d: ("f32",) for d in ("F32", "F16", "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "BF16")}
 
 # THE capability table. `available` is decided below, where each backend registers.
 _ROWS: dict[str, Row] = {
     "cpu": Row("cpu", _CPU_PRECISIONS, FLOAT_OPS, "core", ("none", "rms", "layer"), _cpu_matvec),
-    "metal": Row("metal", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view, True),
-    "metal-emu": Row("metal-emu", _DEVICE_Q5K, _DEVICE_OPS, "ops", ("none", "rms"), _device_matvec, _device_matvec_view,
+    "metal": Row("metal", _METAL_TYPES, _DEVICE_OPS, "ops", ("none", "rms"), _metal_matvec, _metal_matvec_view, True),
+    "metal-emu": Row("metal-emu", _METAL_TYPES, _DEVICE_OPS, "ops", ("none", "rms"), _metal_matvec, _metal_matvec_view,
                      True),
     "cuda": Row("cuda", _CUDA_TYPES, _DEVICE_OPS, "device", ("none", "rms"), _cuda_matvec, None, True),
 }

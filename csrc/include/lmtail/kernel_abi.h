@@ -34,13 +34,14 @@ typedef struct {
     uint32_t has_gamma; // 0: plain RMS normalisation
 } lmt_args_rms_norm;
 
+// The matvec of every weight type (metal/matvec.metal, mul_mv_<type>_f32).
 typedef struct {
     uint32_t rows;          // output rows (vocabulary)
-    uint32_t cols;          // input size (multiple of 256)
-    uint32_t n_tokens;      // T >= 1 activation rows, weights read once for all of them
-    uint32_t row_bytes;     // cols / 256 * 176
+    uint32_t cols;          // input size (a multiple of the type's block)
+    uint32_t n_tokens;      // T >= 1 activation rows, weights read once per 4 of them
+    uint32_t row_bytes;     // byte stride between weight rows (>= cols / block * block bytes)
     uint64_t weight_offset; // byte offset of the tensor inside its bound buffer (GGUF mmap)
-} lmt_args_mul_mv_q5_K;
+} lmt_args_mul_mv;
 
 typedef struct {
     uint32_t n;      // element count
@@ -69,7 +70,7 @@ typedef struct {
 } lmt_args_topk;
 
 static_assert(sizeof(lmt_args_rms_norm) == 16, "lmt_args_rms_norm layout");
-static_assert(sizeof(lmt_args_mul_mv_q5_K) == 24, "lmt_args_mul_mv_q5_K layout");
+static_assert(sizeof(lmt_args_mul_mv) == 24, "lmt_args_mul_mv layout");
 static_assert(sizeof(lmt_args_unary) == 8, "lmt_args_unary layout");
 static_assert(sizeof(lmt_args_softcap) == 16, "lmt_args_softcap layout");
 static_assert(sizeof(lmt_args_argmax) == 16, "lmt_args_argmax layout");
