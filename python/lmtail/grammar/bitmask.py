@@ -18,7 +18,8 @@ import sys
 
 import numpy as np
 
-from .._validate import host_array
+from .. import _core
+from .._validate import host_array, threads_arg
 from ..errors import DTypeError, ParameterError, ShapeError
 
 __all__ = ["bitmask_words", "allocate_bitmask", "check_bitmask_row", "fill_bitmasks", "apply_bitmask"]
@@ -96,14 +97,16 @@ def fill_bitmasks(matchers, out) -> np.ndarray:
     return out
 
 
-def apply_bitmask(logits, bitmask) -> None:
+def apply_bitmask(logits, bitmask, *, threads=None) -> None:
     """Set ``logits[..., i] = -inf`` wherever the bitmask's bit i is clear, in place.
 
     ``logits`` (B, V) float32 with ``bitmask`` (B, ceil(V / 32)) int32, or a 1-D row (V,) with a
     (W,) or (1, W) mask.  ``logits`` must be writeable (a numpy array or a CPU ``__dlpack__``
     object, written through); bits past V are ignored.  Typed errors: DTypeError (dtypes),
-    ShapeError (shapes, V vs W), ParameterError (read-only logits).
+    ShapeError (shapes, V vs W), ParameterError (read-only logits).  The C++ kernel splits the
+    rows over ``threads`` (None: the core's default); each logit is written by one thread.
     """
+    nt = threads_arg(threads)
     x = logits if isinstance(logits, np.ndarray) else host_array(logits, "logits")
     dt = x.dtype
     if dt != np.float32 or dt.fields is not None or not dt.isnative:
@@ -127,6 +130,14 @@ def apply_bitmask(logits, bitmask) -> None:
         x2, m2 = x, m
     if x2.size == 0:
         return
+    if x2.strides[-1] == 4 or V == 1:
+        if not _LE:  # pragma: no cover - the kernel reads the words' values; numpy gives them native
+            m2 = m2.astype(np.int32)
+        if m2.strides[-1] != 4 and W > 1:
+            m2 = np.ascontiguousarray(m2)
+        _core.bitmask_apply(x2, m2, nt)
+        return
+    # rows with strided elements (a column slice): numpy, the same result
     words = np.ascontiguousarray(m2) if _LE else np.ascontiguousarray(m2).astype("<i4")
     allowed = np.unpackbits(words.view(np.uint8), axis=1, count=V, bitorder="little").view(np.bool_)
     np.copyto(x2, np.float32(-np.inf), where=~allowed)
