@@ -52,6 +52,15 @@ def host_array(x, name: str) -> np.ndarray:
                      f"found {type(x).__name__}")
 
 
+def maybe_host_array(x, name: str):
+    """``x`` itself unless it is a ``__dlpack__`` / ``__array_interface__`` object (not an
+    ndarray), which becomes a numpy view (:func:`host_array`); lets a caller keep its own error
+    for everything else."""
+    if isinstance(x, np.ndarray) or not (hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__")):
+        return x
+    return host_array(x, name)
+
+
 def float32_array(x, name: str, ndims=(1, 2)) -> np.ndarray:
     """``x`` as a C-contiguous, aligned float32 array of ``ndims`` dimensions, without converting
     values: any float32 view is accepted (a ctypes buffer such as llama-cpp-python's logits,
