@@ -12,9 +12,6 @@
 namespace lmt::cpu {
 namespace {
 
-// 128K logits per task (~30 us on Zen 3): waking a pool thread costs more than a smaller slice saves
-// (B = 1, V = 128256: 31 us on one thread, ~1 ms with 512-word tasks on two loaded vCPUs).
-constexpr int64_t kWordsPerTask = 4096;
 
 // 1 << j as a table: a constant-vector AND + compare per 4/8 lanes, which SSE2 vectorises
 // (a per-lane variable shift would need AVX2).
@@ -51,18 +48,15 @@ void apply_bitmask(float *x, int64_t x_stride, const uint32_t *words, int64_t w_
                    int n_threads) {
     if (B <= 0 || V <= 0) return;
     const int64_t W = (V + 31) / 32;
-    const int64_t per_row = (W + kWordsPerTask - 1) / kWordsPerTask;
-    const int64_t n_tasks = B * per_row;
-    auto task = [&](int64_t t) {
-        const int64_t r = t / per_row, c = t % per_row;
-        const int64_t w0 = c * kWordsPerTask, w1 = std::min(W, w0 + kWordsPerTask);
-        apply_words(x + r * x_stride, words + r * w_stride, w0, w1, V);
-    };
-    if (n_tasks == 1) {
+    // One task per row: a row is 30-60 us (V = 128K-256K); splitting a row, or waking the pool
+    // for one row, cost more than it saved on the 2-vCPU bench machine (B = 1, V = 262144:
+    // 3.5 ms with 4096-word tasks on two threads vs ~60 us inline).
+    auto task = [&](int64_t r) { apply_words(x + r * x_stride, words + r * w_stride, 0, W, V); };
+    if (B == 1) {
         task(0);
         return;
     }
-    core::parallel_for(core::resolve_threads(n_threads), n_tasks, task);
+    core::parallel_for(core::resolve_threads(n_threads), B, task);
 }
 
 }  // namespace lmt::cpu
