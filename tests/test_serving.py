@@ -301,8 +301,6 @@ def _topm(x: np.ndarray, m: int):
 
 
 def test_sample_topk_per_row_k_and_fallback():
-    from lmtail.sampling.topk_route import STATS
-
     V = 3000
     specs = [[("top_k", 40), ("temp", 0.7), ("dist", 1)],   # k = 40
              [("top_k", 5), ("dist", 2)],                    # k = 5
@@ -319,19 +317,18 @@ def test_sample_topk_per_row_k_and_fallback():
     k = b.batch_topk_needed()
     assert k == max(n for n in needs if n)
     rng = np.random.default_rng(7)
-    fetched = []
     for step in range(6):
         x = (rng.standard_normal((len(specs), V)) * 2).astype(np.float32)
         if step == 2:
             x[1, :7] = 9.0  # a tie across row 1's top-k boundary: that row falls back to its whole row
         ids, vals = _topm(x, k + 1)
-        before = (STATS.topk, STATS.fallback, STATS.whole)
+        fetched = []  # list.append is atomic: rows may run on two threads
         t = b.sample_topk(ids, vals, row=lambda r, x=x: fetched.append(r) or x[r])
         assert t.tolist() == ref.sample(x).tolist()
-        assert STATS.topk - before[0] >= 3
+        # only the top-p row (always) and the tied row (step 2) read their whole row
+        assert sorted(fetched) == ([1, 3] if step == 2 else [3]), step
         b.accept(t)
         ref.accept(t)
-    assert set(fetched) >= {3, 1} and 0 not in fetched
     with pytest.raises(ShapeError):
         b.sample_topk(ids[:2], vals[:2])
 
