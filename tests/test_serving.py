@@ -398,3 +398,43 @@ def test_batch_with_torch_cpu_tensor():
     assert b1.sample(torch.from_numpy(x)).tolist() == b2.sample(x).tolist()
     with pytest.raises(DTypeError):
         b1.sample(torch.from_numpy(x.astype(np.float64)))
+
+
+def test_lazy_grammar_row_matches_its_solo_run():
+    from lmtail.grammar import LazyGrammarMatcher
+
+    v = _vocab()
+    _matcher(v)  # parses the shared grammar
+    brace = next(t for t in range(v.n_vocab) if v.pieces[t] == b"{")
+
+    def logits_for(st, step):
+        x = st.next()
+        if step == 3:
+            x[brace] = 50.0  # the trigger token wins at step 3: the grammar constrains from then on
+        return x
+
+    def lazy():
+        return LazyGrammarMatcher(_V["g"], v, trigger_tokens=[brace])
+
+    # solo
+    ch, m, st = Chain([("top_k", 40), ("temp", 0.8), ("dist", 5)], v.n_vocab), lazy(), Stream(31, v.n_vocab)
+    solo = []
+    for step in range(12):
+        t = common_sample(ch, logits_for(st, step), m)
+        m.accept(t)
+        ch.accept(t)
+        solo.append(t)
+    assert not m.awaiting_trigger and solo[3] == brace
+    # the same request as row 1 of a batch, beside two other rows
+    b = Batch(threads=2)
+    b.add(common_chain(v.n_vocab, seed=1))
+    row = b.add(Chain([("top_k", 40), ("temp", 0.8), ("dist", 5)], v.n_vocab), lazy())
+    b.add(common_chain(v.n_vocab, seed=2), _matcher(v))
+    streams = [Stream(40, v.n_vocab), Stream(31, v.n_vocab), Stream(41, v.n_vocab)]
+    got = []
+    for step in range(12):
+        x = np.stack([streams[0].next(), logits_for(streams[1], step), streams[2].next()])
+        t = b.sample(x)
+        b.accept(t)
+        got.append(int(t[b.row(row)]))
+    assert got == solo
