@@ -72,6 +72,9 @@ def test_lazy_masks_match_llama(case):
         want = np.unpackbits(packed)[: v.n_vocab].astype(bool)
         got = m.mask()
         assert np.array_equal(got, want), f"step {i}: {np.flatnonzero(got != want)[:8]}"
+        bm = np.zeros((v.n_vocab + 31) // 32, np.int32)  # the engines' int32 layout: the same set
+        m.fill_bitmask(bm)
+        assert np.array_equal(np.unpackbits(bm.view(np.uint8), bitorder="little")[: v.n_vocab].astype(bool), want)
         if i < len(toks):
             m.accept(toks[i], check=False)
             if fired is None and not m.awaiting_trigger:

@@ -116,6 +116,13 @@ def test_masks_match_llama(vocab, grammar):
                 f"step {i} after {[v.pieces[t] for t in toks[:i]]!r}: {bad.size} tokens differ, e.g. "
                 f"{[(int(t), v.pieces[t], bool(want[t])) for t in bad[:6]]}"
             )
+            # the int32 bitmask engines use (XGrammar / llguidance layout) holds the same set
+            bm = np.full((2, (v.n_vocab + 31) // 32), 0x5A5A5A5A, np.int32)
+            m.fill_bitmask(bm, 1)
+            assert (bm[0] == 0x5A5A5A5A).all()
+            word_bits = (bm[1][:, None] >> np.arange(32)) & 1  # bit i % 32 of word i // 32
+            assert np.array_equal(word_bits.ravel()[: v.n_vocab].astype(bool), want), f"bitmask at step {i}"
+            assert not word_bits.ravel()[v.n_vocab:].any()
             n_masks += 1
             if i < len(toks):
                 assert m.allows(toks[i])

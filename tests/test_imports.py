@@ -97,6 +97,7 @@ def test_static_graph_finds_the_known_edges():
     # The checker itself: it must see relative, absolute and function-level imports.
     g = _unit_graph()
     assert "lmtail.sampling" in g["lmtail.common_sampling"]
+    assert "lmtail.common_sampling" in g["lmtail.serving"]
     assert "lmtail.common_sampling" in g["lmtail.speculative"]  # a function-level import
     assert "lmtail.gguf_model" in g["lmtail.grammar"]  # Vocab.from_gguf: a function-level import
     assert "lmtail.errors" in g["lmtail.sampling"]
@@ -105,8 +106,17 @@ def test_static_graph_finds_the_known_edges():
 
 def test_sampling_and_grammar_do_not_import_each_other():
     g = _unit_graph()
-    assert not _reach(g, "lmtail.sampling") & {"lmtail.grammar", "lmtail.common_sampling"}
-    assert not _reach(g, "lmtail.grammar") & {"lmtail.sampling", "lmtail.common_sampling"}
+    assert not _reach(g, "lmtail.sampling") & {"lmtail.grammar", "lmtail.common_sampling", "lmtail.serving"}
+    assert not _reach(g, "lmtail.grammar") & {"lmtail.sampling", "lmtail.common_sampling", "lmtail.serving"}
+
+
+def test_serving_sits_above_sampling_and_takes_grammars_by_protocol():
+    # lmtail.serving (the batch) is where common_sampler_sample's caller sits: above both layers;
+    # like common_sampling it takes a grammar by its protocol, so it never imports lmtail.grammar.
+    g = _unit_graph()
+    assert {"lmtail.sampling", "lmtail.common_sampling"} <= _reach(g, "lmtail.serving")
+    assert "lmtail.grammar" not in _reach(g, "lmtail.serving")
+    assert not [u for u in g if u != "lmtail.serving" and "lmtail.serving" in g[u]]
 
 
 def test_unit_graph_is_acyclic():
@@ -129,8 +139,9 @@ print(sorted(m for m in sys.modules if m.startswith("lmtail.")))
 
 
 @pytest.mark.parametrize("target,forbidden", [
-    ("lmtail.sampling", ("lmtail.grammar", "lmtail.common_sampling")),
-    ("lmtail.grammar", ("lmtail.sampling", "lmtail.common_sampling")),
+    ("lmtail.sampling", ("lmtail.grammar", "lmtail.common_sampling", "lmtail.serving")),
+    ("lmtail.grammar", ("lmtail.sampling", "lmtail.common_sampling", "lmtail.serving")),
+    ("lmtail.serving", ("lmtail.grammar",)),
 ])
 def test_fresh_interpreter_loads_no_forbidden_module(target, forbidden):
     r = subprocess.run([sys.executable, "-c", _FRESH.format(target=target)], capture_output=True, text=True,

@@ -170,6 +170,7 @@ void bind_sampling(py::module_ &m);  // csrc/bindings/sampling.cpp
 void bind_metal(py::module_ &m);     // csrc/bindings/metal.cpp
 void bind_metal_device(py::module_ &m);  // csrc/bindings/metal_device.cpp
 void bind_cuda(py::module_ &m);      // csrc/bindings/cuda.cpp
+void bind_bitmask(py::module_ &m);   // csrc/bindings/bitmask.cpp
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "lmtail C++ core (CPU backend kernels)";
@@ -409,6 +410,7 @@ PYBIND11_MODULE(_core, m) {
     bind_metal(m);
     bind_metal_device(m);
     bind_cuda(m);
+    bind_bitmask(m);
 
     m.def(
         "read_bytes_checksum",

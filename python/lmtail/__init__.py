@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os as _os
 
-from . import ops, speculative
+from . import ops, serving, speculative
 from ._backend import backends
 from ._backend import capabilities as _capabilities
 from .errors import (

@@ -6,17 +6,69 @@ import numbers
 
 import numpy as np
 
-from .errors import DTypeError, ParameterError, ShapeError
+from .errors import DTypeError, ParameterError, ShapeError, UnsupportedError
 
+
+
+# DLPack device types (dlpack.h DLDeviceType) by number, for error messages.
+_DL_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
+               11: "rocm_host", 13: "cuda_managed", 14: "oneapi"}
+_DL_HOST = (1, 3, 11)  # memory the CPU reads directly (plain, CUDA-pinned, ROCm-pinned host memory)
+
+
+def dlpack_device(x) -> tuple[str, int]:
+    """(device name, device id) of a ``__dlpack__`` producer, e.g. ("cuda", 0).
+
+    The hook for device backends: a backend that reads device memory (cuda) checks this before
+    :func:`host_array` and takes a CUDA tensor itself; every host path refuses it there."""
+    dev = x.__dlpack_device__()
+    kind, idx = int(dev[0]), int(dev[1])
+    return _DL_DEVICES.get(kind, f"dlpack device type {kind}"), idx
+
+
+def host_array(x, name: str) -> np.ndarray:
+    """A host array object as a numpy array without a copy: ``__dlpack__`` producers in CPU
+    memory (np.from_dlpack; a read-only producer stays read-only) and ``__array_interface__``
+    objects. A tensor in device memory is an UnsupportedError naming its device (this path reads
+    host memory); anything else (lists, scalars) a DTypeError."""
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        dev, idx = dlpack_device(x)
+        if int(x.__dlpack_device__()[0]) not in _DL_HOST:
+            raise UnsupportedError(f"{name}: a {type(x).__name__} on device {dev}:{idx}; this path reads host memory "
+                                   f"(move it to the CPU, or use a backend that takes {dev} tensors)")
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, TypeError, ValueError, RuntimeError) as e:
+            raise DTypeError(f"{name}: the {type(x).__name__} could not be read through DLPack ({e})") from None
+    if hasattr(x, "__array_interface__"):
+        try:
+            a = np.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise DTypeError(f"{name}: the {type(x).__name__}'s __array_interface__ is not readable ({e})") from None
+        if a.dtype == np.object_:
+            raise DTypeError(f"{name}: the {type(x).__name__}'s __array_interface__ describes no numeric array")
+        return a
+    raise DTypeError(f"{name}: expected a numpy float32 array (or a CPU __dlpack__ / __array_interface__ object); "
+                     f"found {type(x).__name__}")
+
+
+def maybe_host_array(x, name: str):
+    """``x`` itself unless it is a ``__dlpack__`` / ``__array_interface__`` object (not an
+    ndarray), which becomes a numpy view (:func:`host_array`); lets a caller keep its own error
+    for everything else."""
+    if isinstance(x, np.ndarray) or not (hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__")):
+        return x
+    return host_array(x, name)
 
 
 def float32_array(x, name: str, ndims=(1, 2)) -> np.ndarray:
     """``x`` as a C-contiguous, aligned float32 array of ``ndims`` dimensions, without converting
     values: any float32 view is accepted (a ctypes buffer such as llama-cpp-python's logits,
-    ``np.frombuffer``, a memoryview, a read-only or memory-mapped array); a copy is made only to
+    ``np.frombuffer``, a memoryview, a read-only or memory-mapped array, a CPU ``__dlpack__`` or
+    ``__array_interface__`` object: :func:`host_array`); a copy is made only to
     make it contiguous or aligned. A byte-swapped float32 is refused (convert it explicitly)."""
     if not isinstance(x, np.ndarray):
-        raise DTypeError(f"{name}: expected a numpy float32 array; found {type(x).__name__}")
+        x = host_array(x, name)
     dt = x.dtype
     if dt.kind == "f" and dt.itemsize == 4 and dt.fields is None and not dt.isnative:
         raise DTypeError(f"{name}: expected float32 in the machine's byte order; found byte-swapped {dt.str!r} "

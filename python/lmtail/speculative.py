@@ -37,6 +37,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from . import _core
+from ._validate import maybe_host_array
 from .errors import DTypeError, ParameterError, ShapeError
 from .sampling.rng import Mt19937, check_stdlib
 
@@ -99,6 +100,7 @@ class _Row:
 
 
 def _float_row(a, what: str) -> np.ndarray:
+    a = maybe_host_array(a, what)
     if not isinstance(a, np.ndarray):
         raise DTypeError(f"{what}: expected a numpy float32 array; found {type(a).__name__}")
     if a.dtype != np.float32:
@@ -589,6 +591,7 @@ def _sample_and_match(chain, sample, toks, n, rows, grammar, eog, n_probs) -> De
 
 
 def _logit_rows(target, T: int, n_vocab: int) -> np.ndarray:
+    target = maybe_host_array(target, "target")
     a = _float_row(target, "target") if isinstance(target, np.ndarray) else None
     if a is None:
         raise DTypeError(f"target: expected a ({T}, {n_vocab}) float32 array or a TopKRows; found {type(target).__name__}")
@@ -609,6 +612,7 @@ def verify_greedy(head, hidden, draft_tokens, exclude=None) -> Decision:
         draft_tokens = draft_tokens.tolist()
     n = len(draft_tokens)
     toks = _tokens(draft_tokens, head.rows)
+    hidden = maybe_host_array(hidden, "hidden")
     h = np.asarray(hidden)
     if h.ndim != 2 or h.shape[0] != n + 1:
         raise ShapeError(f"hidden: expected {n + 1} rows (n drafts + 1); found shape {h.shape}")

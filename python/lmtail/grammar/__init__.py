@@ -12,6 +12,8 @@
   linear time by :mod:`.regex`'s automaton;
 * :class:`GrammarSnapshot` / :class:`LazySnapshot` -- what ``snapshot()`` returns and
   ``restore()`` validates;
+* :func:`apply_bitmask` / :func:`fill_bitmasks` / ``GrammarMatcher.fill_bitmask`` -- masks in
+  the int32 bitmask layout of XGrammar / llguidance (:mod:`.bitmask`);
 * :func:`json_schema_to_gbnf` -- llama.cpp's JSON schema -> GBNF text, byte for byte
   (:mod:`.json_schema`; :class:`GBNFBuilder` for several schemas in one grammar).
 
@@ -22,6 +24,7 @@ lmtail never calls llama.cpp; llama.cpp is only the tests' oracle.
 """
 
 from ..errors import GrammarError, JSONSchemaError
+from .bitmask import allocate_bitmask, apply_bitmask, bitmask_words, fill_bitmasks
 from .json_schema import GBNFBuilder, JSONSchemaWarning, json_schema_to_gbnf
 from .lazy import LazyGrammarMatcher, LazySnapshot
 from .matcher import Grammar, GrammarMatcher, GrammarSnapshot
@@ -29,6 +32,10 @@ from .parser import parse_gbnf
 from .vocab import Vocab
 
 __all__ = [
+    "allocate_bitmask",
+    "apply_bitmask",
+    "bitmask_words",
+    "fill_bitmasks",
     "GBNFBuilder",
     "Grammar",
     "GrammarMatcher",

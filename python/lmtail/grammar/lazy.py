@@ -40,6 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import GrammarError, ParameterError
+from .bitmask import check_bitmask_row, write_packed
 from .matcher import Grammar, GrammarMatcher, GrammarSnapshot, token_id
 from .regex import TriggerRegex
 from .utf8 import NO_PARTIAL
@@ -209,6 +210,16 @@ class LazyGrammarMatcher:
             out[:] = True
             return out
         return self.inner.mask(out)
+
+    def fill_bitmask(self, out, row: int = 0) -> None:
+        """Every token allowed while awaiting a trigger, else :meth:`GrammarMatcher.fill_bitmask`
+        (int32 bitmask layout of XGrammar / llguidance, see :mod:`.bitmask`)."""
+        if self.awaiting:
+            n = self.vocab.n_vocab
+            dst = check_bitmask_row(out, row, n)
+            write_packed(dst, np.packbits(np.ones(n, bool), bitorder="little"))
+            return
+        self.inner.fill_bitmask(out, row)
 
     def is_complete(self) -> bool:
         """True while awaiting a trigger (EOG is allowed), else :meth:`GrammarMatcher.is_complete`."""

@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import GrammarError, ParameterError
 from .earley import Program, State
 from .parser import DEFAULT_MAX_ELEMENTS, ParsedGrammar, parse_gbnf
+from .bitmask import check_bitmask_row, write_packed
 from .mask import TokenTable, compute_mask, end_ok, scalar_walk
 from .utf8 import NO_PARTIAL, decode_piece
 from .vocab import Vocab
@@ -247,13 +248,33 @@ class GrammarMatcher:
         elif not isinstance(out, np.ndarray) or out.dtype != np.bool_ or out.shape != (n,) or not out.flags.writeable:
             got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
             raise ParameterError(f"out must be a writeable bool array of shape ({n},), got {got}")
+        packed, m = self._packed()
+        if m is not None:
+            np.copyto(out, m)
+        else:
+            np.copyto(out, np.unpackbits(packed, count=n, bitorder="little").view(np.bool_))
+        return out
+
+    def fill_bitmask(self, out, row: int = 0) -> None:
+        """Write the mask into row ``row`` of ``out`` in the int32 bitmask layout of XGrammar /
+        llguidance: ``out`` is (B, ceil(n_vocab / 32)) or (ceil(n_vocab / 32),) int32, and bit
+        ``i % 32`` of word ``i // 32`` is set iff token i is allowed (bits past n_vocab are 0).
+        The same allowed set as :meth:`mask` (see :mod:`.bitmask`)."""
+        if self.vocab is None:
+            raise ParameterError("this matcher has no vocabulary (GrammarMatcher(grammar, None))")
+        dst = check_bitmask_row(out, row, self.vocab.n_vocab)
+        write_packed(dst, self._packed()[0])
+
+    def _packed(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the mask packed 1 bit per token, little bit order; the bool mask when it was just
+        computed, else None), through the per-(grammar, vocabulary) LRU cache."""
+        n = self.vocab.n_vocab
         key = (self._state, self._partial if self._partial[1] > 0 else NO_PARTIAL)
         cache = self._masks
         packed = cache.get(key)
         if packed is not None:
             cache.move_to_end(key)
-            np.copyto(out, np.unpackbits(packed, count=n).view(np.bool_))
-            return out
+            return packed, None
         m = np.zeros(n, dtype=bool)
         st = self._state
         if self._partial[1] > 0:
@@ -266,11 +287,10 @@ class GrammarMatcher:
         else:
             compute_mask(self._view, st, m)
         m[self.vocab.is_eog] = st.complete
-        cache[key] = np.packbits(m)  # 1 bit per token: 16 KiB at 128k
+        packed = cache[key] = np.packbits(m, bitorder="little")  # 1 bit per token: 16 KiB at 128k
         if len(cache) > MASK_CACHE:
             cache.popitem(last=False)
-        np.copyto(out, m)
-        return out
+        return packed, m
 
     # -- advancing ---------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ import numbers
 import numpy as np
 
 from .. import _core
+from .._validate import host_array
 from ..errors import DTypeError, LmtailError, ParameterError, ShapeError
 from . import samplers as S
 from .candidates import TOKEN_DATA, Candidates
@@ -275,9 +276,11 @@ class Chain:
         return out
 
     def check_logits(self, logits) -> np.ndarray:
-        """``logits`` as a C-contiguous (n_vocab,) float32 array; DTypeError/ShapeError otherwise."""
+        """``logits`` as a C-contiguous (n_vocab,) float32 array; DTypeError/ShapeError otherwise.
+        A CPU ``__dlpack__`` / ``__array_interface__`` object is read in place (a tensor on a
+        device is an UnsupportedError naming it)."""
         if not isinstance(logits, np.ndarray):
-            raise DTypeError(f"logits: expected a numpy float32 array; found {type(logits).__name__}")
+            logits = host_array(logits, "logits")
         if logits.dtype != np.float32:
             raise DTypeError(f"logits: expected dtype float32; found {logits.dtype} (convert explicitly)")
         if logits.ndim != 1 or logits.shape[0] != self.n_vocab:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _core
+from .._validate import maybe_host_array
 from ..errors import ParameterError
 from .candidates import TOKEN_DATA, Candidates
 
@@ -44,6 +45,7 @@ def _n(n_probs) -> int:
 def server_logprobs(logits: np.ndarray, n_probs: int, token: int) -> TokenLogprobs:
     """get_token_probabilities + populate_token_probs (pre-sampling probabilities)."""
     n_probs = _n(n_probs)
+    logits = maybe_host_array(logits, "logits")
     if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 or logits.ndim != 1 or not len(logits):
         raise ParameterError("logits: expected a non-empty 1-D float32 array")
     buf = np.empty(len(logits), TOKEN_DATA)

@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
+from .._validate import maybe_host_array
 from ..errors import ParameterError
 from . import samplers as S
 from .candidates import TOKEN_DATA, Candidates
@@ -326,8 +327,8 @@ def sample_topk(chain: Chain, ids: np.ndarray, values: np.ndarray,
 
     All-or-nothing: on any error the chain's state (RNG streams) is as before the call.
     """
-    ids = np.asarray(ids)
-    values = np.asarray(values)
+    ids = np.asarray(maybe_host_array(ids, "ids"))
+    values = np.asarray(maybe_host_array(values, "values"))
     if ids.ndim != 1 or values.shape != ids.shape or len(ids) == 0:
         raise ParameterError(f"candidates: expected equal-length 1-D ids and values; found {ids.shape} and {values.shape}")
     if not _checked:
@@ -405,8 +406,8 @@ class TopKRows:
     """
 
     def __init__(self, ids: np.ndarray, values: np.ndarray, row: Optional[Callable[[int], np.ndarray]] = None):
-        ids = np.asarray(ids)
-        values = np.asarray(values)
+        ids = np.asarray(maybe_host_array(ids, "ids"))
+        values = np.asarray(maybe_host_array(values, "values"))
         if ids.ndim != 2 or values.shape != ids.shape or ids.shape[1] == 0:
             raise ParameterError(f"TopKRows: expected (T, m) ids and values of one shape, m >= 1; found "
                                  f"{ids.shape} and {values.shape}")
