@@ -29,6 +29,11 @@ constexpr int64_t kGgmlTiledMinBatch = 8;
 // Rows [r0, r1) of logits for the activations xq ((T, cols / 256) q8_K blocks).
 using GgmlKRowsFn = void (*)(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
 
+// Each type's AVX2 rows (csrc/cpu/types/<type>/<type>_ggml_avx2.cpp; x86 builds only).
+void q4_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
+void q5_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
+void q6_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
+
 // The emulated ggml build is c.isa: only ggml's x86 AVX2 (+FMA) build is reproduced (verified
 // against the oracle, an AVX2 build). ggml's AVX-512 build takes other code (the tiled matmul's
 // AVX512-VNNI microtile, VNNI dot products), so isa="avx512" is refused, as are NEON and scalar.

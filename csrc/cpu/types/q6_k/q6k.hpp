@@ -23,10 +23,6 @@ void matvec_q6_k_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_q6_k_avx512(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_q6_k_neon(const MatvecCall &c, int64_t r0, int64_t r1);
 
-// precision="ggml" (q6_k_ggml_avx2.cpp; driver and paths in cpu/ggml/kquant_ggml.hpp).
-struct GgmlQ8K;
-void q6_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
-
 
 // ---- Precision::I24: two-piece 16-bit block fixed point, integer sums -----------------------
 // Activations prepared once per call (prepare_x_q6k, q6_k.cpp), in double, scalar, so every ISA
