@@ -33,23 +33,29 @@ using GgmlKRowsFn = void (*)(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0,
 void q4_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
 void q5_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
 void q6_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
+// Q4_K with rows % 8 == 0: llama.cpp's CPU_REPACK gemv / gemm (q4_k_ggml_avx2.cpp); its
+// activation rows t < T - T % 4 (T >= 4) are quantised by ggml_quantize_row_q8_k_4x8.
+void q4_k_ggml_repack_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
 
 // The emulated ggml build is c.isa: only ggml's x86 AVX2 (+FMA) build is reproduced (verified
 // against the oracle, an AVX2 build). ggml's AVX-512 build takes other code (the tiled matmul's
 // AVX512-VNNI microtile, VNNI dot products), so isa="avx512" is refused, as are NEON and scalar.
-inline void ggml_kquant_matvec(const MatvecCall &c, const char *type, GgmlKRowsFn avx2_rows) {
-    if (c.isa != Isa::Avx2 || avx2_rows == nullptr)
+// repack4x8: the activation rows t < T - T % 4 (T >= 4) are quantised as CPU_REPACK's gemm does.
+inline void ggml_kquant_matvec(const MatvecCall &c, const char *type, GgmlKRowsFn avx2_rows, bool repack4x8 = false) {
+    if (c.isa != Isa::Avx2 || avx2_rows == nullptr || !isa_available(Isa::Avx2))
         throw UnsupportedError(std::string("matvec: precision='ggml' reproduces ggml's x86 AVX2 build for ") + type +
                                "; ggml's " + isa_name(c.isa) +
                                " build is not reproduced (its dot products and tiled matmul take other code)"
-                               " -- pass isa='avx2' on an AVX2 CPU");
+                               " -- pass isa='avx2' on an AVX2 CPU (ggml's AVX2 build is emulated with AVX2 code)");
     struct Scratch {
         std::vector<GgmlQ8K> q;
     };
     thread_local Scratch s;
     const int64_t nb = c.cols / 256;
     if (s.q.size() < (size_t)(c.T * nb)) s.q.resize((size_t)(c.T * nb));
-    for (int64_t t = 0; t < c.T; ++t) ggml_quantize_row_q8_k(c.x + t * c.cols, s.q.data() + t * nb, c.cols);
+    const int64_t t4 = repack4x8 && c.T >= 4 ? c.T - c.T % 4 : 0;
+    for (int64_t t = 0; t < c.T; ++t)
+        (t < t4 ? ggml_quantize_row_q8_k_4x8 : ggml_quantize_row_q8_k)(c.x + t * c.cols, s.q.data() + t * nb, c.cols);
     const GgmlQ8K *xq = s.q.data();
     for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { avx2_rows(c, xq, r0, r1); });
 }

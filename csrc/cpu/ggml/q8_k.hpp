@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <climits>
 
 namespace lmt::cpu {
 
@@ -62,6 +63,62 @@ inline void ggml_quantize_row_q8_k(const float *x, GgmlQ8K *y, int64_t cols) {
             o.bsums[g] = (int16_t)s;
         }
         o.d = 1.0f / iscale;
+    }
+}
+
+// The activation quantiser of CPU_REPACK's gemm (ggml_quantize_mat_q8_K_4x8, arch/x86/repack.cpp,
+// AVX2 branch) for one row; it quantises 4 rows at a time, each independently. It differs from
+// quantize_row_q8_K_ref in the scale's sign and in how non-finite values propagate:
+//   per lane l (0..7) a running max M[l] of |x| over the elements 32 sb + 8 v + l, by MAXPS
+//   (max(a, b) = a > b ? a : b), and a flag "M[l] is attained by a non-negative x" (ordered ==);
+//   amax = the MAXPS tree ((M[k+4], M[k]) -> (0,2), (1,3) -> (0,1)); iscale = -127 / amax when a
+//   lane with M[l] == amax has the flag, else 127 / amax (0 when amax == 0): for a block holding
+//   both +amax and -amax the sign is the positive one's, where the ref takes the first one's;
+//   q = int8 saturation of int16 saturation of cvtps(round_even(x * iscale)); d = 1 / iscale.
+inline float ggml_maxps(float a, float b) { return a > b ? a : b; }
+
+inline int8_t ggml_cvt_pack_i8(float v) {
+    const float r = std::nearbyint(v);  // _mm256_round_ps(_MM_ROUND_NEAREST): the default RNE mode
+    int32_t i = INT32_MIN;              // cvtps_epi32's "integer indefinite" for NaN / out of range
+    if (r >= -2147483648.0f && r < 2147483648.0f) i = (int32_t)r;
+    if (i < -32768) i = -32768;
+    if (i > 32767) i = 32767;
+    if (i < -128) i = -128;
+    if (i > 127) i = 127;
+    return (int8_t)i;
+}
+
+inline void ggml_quantize_row_q8_k_4x8(const float *x, GgmlQ8K *y, int64_t cols) {
+    for (int64_t b = 0; b < cols / 256; ++b, x += 256) {
+        GgmlQ8K &o = y[b];
+        float M[8];
+        bool flag[8];
+        for (int l = 0; l < 8; ++l) {
+            const float *e = x + l;
+            M[l] = ggml_maxps(ggml_maxps(ggml_maxps(std::fabs(e[0]), std::fabs(e[8])), std::fabs(e[16])), std::fabs(e[24]));
+            flag[l] = M[l] == e[0] || M[l] == e[8] || M[l] == e[16] || M[l] == e[24];
+            for (int sb = 1; sb < 8; ++sb) {
+                const float *v = e + 32 * sb;
+                const float prev = M[l];
+                for (int k = 0; k < 4; ++k) M[l] = ggml_maxps(M[l], std::fabs(v[8 * k]));
+                flag[l] = (flag[l] && prev == M[l]) || M[l] == v[0] || M[l] == v[8] || M[l] == v[16] || M[l] == v[24];
+            }
+        }
+        float m4[4];
+        for (int k = 0; k < 4; ++k) m4[k] = ggml_maxps(M[k + 4], M[k]);
+        const float m2a = ggml_maxps(m4[0], m4[2]), m2b = ggml_maxps(m4[1], m4[3]);
+        const float amax = ggml_maxps(m2a, m2b);
+        bool any = false;
+        for (int l = 0; l < 8; ++l) any |= flag[l] && amax == M[l];
+        float iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
+        if (any) iscale = amax != 0.0f ? -127.0f / amax : 0.0f;
+        o.d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+        for (int j = 0; j < 256; ++j) o.qs[j] = ggml_cvt_pack_i8(x[j] * iscale);
+        for (int g = 0; g < 16; ++g) {
+            int s = 0;
+            for (int l = 0; l < 16; ++l) s += o.qs[16 * g + l];
+            o.bsums[g] = (int16_t)s;
+        }
     }
 }
 

@@ -71,7 +71,11 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
 void q4_k_matvec(const MatvecCall &c) {
     if (c.precision == Precision::Ggml) {
 #if defined(LMTAIL_HAVE_X86)
-        ggml_kquant_matvec(c, "Q4_K", q4_k_ggml_rows_avx2);
+        // llama.cpp repacks a Q4_K weight with rows % 8 == 0 (CPU_REPACK, its default on AVX2).
+        if (c.rows % 8 == 0)
+            ggml_kquant_matvec(c, "Q4_K", q4_k_ggml_repack_rows_avx2, true);
+        else
+            ggml_kquant_matvec(c, "Q4_K", q4_k_ggml_rows_avx2);
 #else
         ggml_kquant_matvec(c, "Q4_K", nullptr);
 #endif
