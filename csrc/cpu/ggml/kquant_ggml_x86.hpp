@@ -55,12 +55,15 @@ struct K45Ints {
     float d, dmin;
 };
 
-template <bool Q5>
+// fp16 -> fp32 by F16C (exact, as ggml's GGML_CPU_FP16_TO_FP32 on this build).
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+template <bool Q5, bool Pairs = true>
 inline void k45_block(const uint8_t *p, const GgmlQ8K &y, K45Ints &o) {
     uint16_t h[2];
     std::memcpy(h, p, 4);
-    o.d = f16_to_f32(h[0]);
-    o.dmin = f16_to_f32(h[1]);
+    o.d = h2f(h[0]);
+    o.dmin = h2f(h[1]);
     // 12 packed bytes -> u[0..1] = 8 scales, u[2..3] = 8 mins (6 bits each, ggml's packing)
     uint32_t u[4], a[3];
     std::memcpy(a, p + 4, 12);
@@ -89,9 +92,10 @@ inline void k45_block(const uint8_t *p, const GgmlQ8K &y, K45Ints &o) {
         const __m256i s1 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))));
         const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y.qs + 64 * g));
         const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y.qs + 64 * g + 32));
-        o.pair[g] = _mm256_add_epi32(_mm256_madd_epi16(s0, _mm256_maddubs_epi16(lo, y0)),
-                                     _mm256_madd_epi16(s1, _mm256_maddubs_epi16(hi, y1)));
-        sumi = _mm256_add_epi32(sumi, o.pair[g]);
+        const __m256i pr = _mm256_add_epi32(_mm256_madd_epi16(s0, _mm256_maddubs_epi16(lo, y0)),
+                                            _mm256_madd_epi16(s1, _mm256_maddubs_epi16(hi, y1)));
+        if (Pairs) o.pair[g] = pr;
+        sumi = _mm256_add_epi32(sumi, pr);
     }
     o.sumi = sumi;
     const __m128i q8s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y.bsums), _mm_loadu_si128((const __m128i *)(y.bsums + 8)));
@@ -102,6 +106,15 @@ inline void k45_block(const uint8_t *p, const GgmlQ8K &y, K45Ints &o) {
 inline __m128i k45_pair_sums(const __m256i pair[4]) {
     const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(pair[0], pair[1]), _mm256_hadd_epi32(pair[2], pair[3]));
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// 4 vectors of 8 int32 -> their 4 lane sums (exact, any grouping).
+inline __m128i hsum4x8_i32(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+inline __m128i hsum4x4_i32(__m128i a, __m128i b, __m128i c, __m128i d) {
+    return _mm_hadd_epi32(_mm_hadd_epi32(a, b), _mm_hadd_epi32(c, d));
 }
 
 // Rows [r0, r1) for Q4_K (MinLanes) / Q5_K, plain CPU buffer.

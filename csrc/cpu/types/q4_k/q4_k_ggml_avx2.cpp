@@ -46,9 +46,22 @@ void q4_k_ggml_repack_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t 
                         accm = std::fma((float)s2[p], em, accm);
                     }
                 }
-            } else {  // gemv: per block
-                for (int64_t b = 0; b < nb; ++b) {
-                    ggml_x86::k45_block<false>(w + (size_t)b * LMT_Q4K_BLOCK_BYTES, y[b], k);
+            } else {  // gemv: per block; the integer sums of 4 blocks are reduced together
+                int64_t b = 0;
+                for (; b + 4 <= nb; b += 4) {
+                    ggml_x86::K45Ints k4[4];
+                    for (int j = 0; j < 4; ++j)
+                        ggml_x86::k45_block<false, false>(w + (size_t)(b + j) * LMT_Q4K_BLOCK_BYTES, y[b + j], k4[j]);
+                    alignas(16) int32_t s1[4], s2[4];
+                    _mm_store_si128((__m128i *)s1, ggml_x86::hsum4x8_i32(k4[0].sumi, k4[1].sumi, k4[2].sumi, k4[3].sumi));
+                    _mm_store_si128((__m128i *)s2, ggml_x86::hsum4x4_i32(k4[0].prod, k4[1].prod, k4[2].prod, k4[3].prod));
+                    for (int j = 0; j < 4; ++j) {
+                        acc = std::fma((float)s1[j], k4[j].d * y[b + j].d, acc);
+                        accm = std::fma((float)s2[j], k4[j].dmin * y[b + j].d, accm);
+                    }
+                }
+                for (; b < nb; ++b) {
+                    ggml_x86::k45_block<false, false>(w + (size_t)b * LMT_Q4K_BLOCK_BYTES, y[b], k);
                     acc = std::fma((float)ggml_x86::hsum_i32_8(k.sumi), k.d * y[b].d, acc);
                     accm = std::fma((float)ggml_x86::hsum_i32_4(k.prod), k.dmin * y[b].d, accm);
                 }

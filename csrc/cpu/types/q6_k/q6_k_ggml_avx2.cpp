@@ -57,14 +57,14 @@ void q6_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int
             if (tiled) {
                 float acc = 0.0f;
                 for (int64_t b = 0; b < nb; ++b) {
-                    const float res = f16_to_f32(w[b].d) * (float)ggml_x86::hsum_i32_8(q6k_block_lanes(w + b, y + b));
+                    const float res = ggml_x86::h2f(w[b].d) * (float)ggml_x86::hsum_i32_8(q6k_block_lanes(w + b, y + b));
                     acc = std::fma(res, y[b].d, acc);
                 }
                 out = acc;
             } else {
                 __m256 acc = _mm256_setzero_ps();
                 for (int64_t b = 0; b < nb; ++b) {
-                    const float d = y[b].d * f16_to_f32(w[b].d);
+                    const float d = y[b].d * ggml_x86::h2f(w[b].d);
                     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q6k_block_lanes(w + b, y + b)), acc);
                 }
                 out = ggml_x86::hsum_float_8(acc);
