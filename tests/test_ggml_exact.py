@@ -193,3 +193,23 @@ def test_capabilities_list_ggml_for_the_k_types():
     by = lmtail.capabilities()["cpu"]["matvec"]["by_dtype"]
     for dtype in TYPES:
         assert "ggml" in by[dtype]["precisions"] and by[dtype]["default"] != "ggml"
+
+
+@pytest.mark.parametrize("dtype", list(TYPES))
+def test_every_path_thread_invariant_and_close_without_oracle(dtype):
+    """Runs where the oracle is absent (the sanitizer venv): every path (vec_dot, tiled, repack
+    gemv/gemm) gives the same bytes at 1 and 3 threads and stays within ggml's q8_K error of the
+    float64 product of the dequantised weights."""
+    if not _core.isa_available("avx2"):
+        pytest.skip("this CPU cannot run the AVX2 emulation")
+    tid, _ = TYPES[dtype]
+    for rows, cols in ((16, 512), (13, 256)):
+        q = quantize(dtype, np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32))
+        w = np.empty((rows, cols), np.float32)
+        _core.dequantize(tid, q, w, 1)
+        for T in TS:
+            x = activations("gaussian", T, cols, seed=T)
+            got = ggml_mv(q, x, dtype, threads=1)
+            assert sha(ggml_mv(q, x, dtype, threads=3)) == sha(got)
+            ref = x.astype(np.float64) @ w.astype(np.float64).T
+            assert np.linalg.norm(got - ref) <= 2e-2 * np.linalg.norm(ref), (dtype, rows, T)
