@@ -29,6 +29,14 @@ constexpr int64_t kGgmlTiledMinBatch = 8;
 // Rows [r0, r1) of logits for the activations xq ((T, cols / 256) q8_K blocks).
 using GgmlKRowsFn = void (*)(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
 
+// The K types list precision "ggml" where its emulation is compiled (x86 builds); elsewhere the
+// capability table does not offer it (matvec would raise UnsupportedError).
+#if defined(LMTAIL_HAVE_X86)
+constexpr uint32_t kGgmlKPrecisionBit = precision_bit(Precision::Ggml);
+#else
+constexpr uint32_t kGgmlKPrecisionBit = 0;
+#endif
+
 // Each type's AVX2 rows (csrc/cpu/types/<type>/<type>_ggml_avx2.cpp; x86 builds only).
 void q4_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
 void q5_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);

@@ -103,7 +103,7 @@ void q4_k_matvec(const MatvecCall &c) {
 }  // namespace
 
 const CpuTypeImpl kCpuQ4_K{WeightType::Q4_K,
-                           precision_bit(Precision::F32) | precision_bit(Precision::I24) | precision_bit(Precision::Ggml),
+                           precision_bit(Precision::F32) | precision_bit(Precision::I24) | kGgmlKPrecisionBit,
                            Precision::I24, q4_k_matvec, quantize_q4_k, dequantize_q4_k};
 
 }  // namespace lmt::cpu
