@@ -378,3 +378,29 @@ def test_generation_loop_with_lmtail_head(models, name, t):
             toks.append(b)
             h, lg = r.decode([b])
     assert len(set(toks)) > 1
+
+
+# ---- precision="ggml": llama.cpp's logits bit for bit from its own hidden states -------------------
+GGML_EXACT_TYPES = ("Q4_K", "Q5_K", "Q6_K")  # extend as types gain precision="ggml"
+
+
+@pytest.mark.parametrize("name,t", [p for p in _params() if p.values[1] in GGML_EXACT_TYPES])
+def test_ggml_precision_reproduces_llama_cpp_logits(models, name, t):
+    """Head(precision="ggml") on llama.cpp's result_norm gives llama.cpp's logits, bit for bit,
+    at T = 1 (vec_dot / repack gemv) and T = 7 (a batch: vec_dot, or repack gemm + gemv)."""
+    from lmtail import _core
+    from oracle import graph as G
+
+    _require_lmtail_type(t)
+    if "ggml" not in next(d for d in _core.cpu_types() if d["name"] == t)["precisions"]:
+        pytest.skip(f"the installed lmtail has no precision='ggml' for {t}")
+    if G.oracle_build_isa() != "avx2":
+        pytest.skip(f"llama.cpp here is ggml's {G.oracle_build_isa()} build; precision='ggml' reproduces avx2")
+    c = models.case(name)
+    out = models.run(name, t)
+    head = _head(_spec(models.path(name, t), t), t, precision="ggml")
+    for h, lg in ((out["h1"], out["l1"]), (out["hT"], out["lT"])):
+        ours = head.logits(h)
+        same = ours.view(np.uint32) == lg.view(np.uint32)
+        assert same.all(), (f"{name} {t} T={len(h)} (tied={c.tied}, rows % 8 = {lg.shape[1] % 8}): "
+                            f"{int((~same).sum())} of {same.size} logits differ, max {np.abs(ours - lg).max():.3g}")

@@ -89,6 +89,9 @@ class Head:
     cap. ``precision`` selects the head matvec's activation precision (per type and backend, see
     :func:`lmtail.capabilities`; for Q5_K on the CPU "i24" (its default, f32-grade), "f32" or
     "i16"; None: the type's default there, normwise error <= 1e-6), see :func:`lmtail.ops.matvec`.
+    ``precision="ggml"`` publishes llama.cpp's full-logit bytes (ggml's mul_mat on the path
+    llama.cpp takes for the type and T, then the same scale and four cap nodes); like llama.cpp's,
+    they are not batch invariant (a verify batch can differ from one-by-one decoding).
     A type, precision or norm the backend does not run raises :class:`lmtail.UnsupportedError`
     naming the backends that run it. ``threads``: None (the core's default) or 1..1024.
     ``max_tokens``: rows of staging each thread starts with (grown on demand).

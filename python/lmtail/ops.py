@@ -128,6 +128,14 @@ def matvec(
     "avx512", "neon"; "auto" picks the best), and row t of a batch equals that row computed
     alone. A non-finite x gives non-finite results in its row.
 
+    ``precision="ggml"`` (CPU; the types whose ``precisions`` list it) returns the bytes of ggml's
+    own CPU ``mul_mat`` (llama.cpp's logits), following the path llama.cpp takes for that type and
+    T (for the K types: vec_dot for T < 8, the tiled matmul for T >= 8, CPU_REPACK's gemv/gemm for
+    a Q4_K weight with rows % 8 == 0). It is independent of the thread count but NOT batch
+    invariant: a verify batch can differ from one-by-one decoding exactly as in llama.cpp. ``isa``
+    then names the ggml build reproduced ("auto": the one ggml compiles natively on this CPU); a
+    build lmtail does not reproduce (only "avx2" is, for the K types) raises UnsupportedError.
+
     Errors: a name or id that is not a ggml type: :class:`lmtail.ParameterError`; a ggml type
     (or precision) this backend does not run: :class:`lmtail.UnsupportedError` naming the
     backends that do; a wrong array dtype or non-contiguous rows: :class:`lmtail.DTypeError`;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/ggml/kquant_ggml.hpp"
 #include "cpu/types/q4_k/q4_k_internal.hpp"
 #include "cpu/types/types.hpp"
 
@@ -68,6 +69,18 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
 }
 
 void q4_k_matvec(const MatvecCall &c) {
+    if (c.precision == Precision::Ggml) {
+#if defined(LMTAIL_HAVE_X86)
+        // llama.cpp repacks a Q4_K weight with rows % 8 == 0 (CPU_REPACK, its default on AVX2).
+        if (c.rows % 8 == 0)
+            ggml_kquant_matvec(c, "Q4_K", q4_k_ggml_repack_rows_avx2, true);
+        else
+            ggml_kquant_matvec(c, "Q4_K", q4_k_ggml_rows_avx2);
+#else
+        ggml_kquant_matvec(c, "Q4_K", nullptr);
+#endif
+        return;
+    }
     if (c.precision != Precision::I24) {
         run_f32(c, c.x, c.T, c.logits);
         return;
@@ -89,7 +102,8 @@ void q4_k_matvec(const MatvecCall &c) {
 
 }  // namespace
 
-const CpuTypeImpl kCpuQ4_K{WeightType::Q4_K, precision_bit(Precision::F32) | precision_bit(Precision::I24),
+const CpuTypeImpl kCpuQ4_K{WeightType::Q4_K,
+                           precision_bit(Precision::F32) | precision_bit(Precision::I24) | kGgmlKPrecisionBit,
                            Precision::I24, q4_k_matvec, quantize_q4_k, dequantize_q4_k};
 
 }  // namespace lmt::cpu

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/ggml/kquant_ggml.hpp"
 #include "cpu/types/types.hpp"
 
 namespace lmt::cpu {
@@ -118,12 +119,21 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
 
 namespace {
 void q5_k_matvec(const MatvecCall &c) {
+    if (c.precision == Precision::Ggml) {
+#if defined(LMTAIL_HAVE_X86)
+        ggml_kquant_matvec(c, "Q5_K", q5_k_ggml_rows_avx2);
+#else
+        ggml_kquant_matvec(c, "Q5_K", nullptr);
+#endif
+        return;
+    }
     matvec_q5_k(c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits, c.n_threads, c.isa, c.precision);
 }
 }  // namespace
 
 const CpuTypeImpl kCpuQ5_K{WeightType::Q5_K,
-                           precision_bit(Precision::F32) | precision_bit(Precision::I16) | precision_bit(Precision::I24),
+                           precision_bit(Precision::F32) | precision_bit(Precision::I16) | precision_bit(Precision::I24) |
+                               kGgmlKPrecisionBit,
                            Precision::I24, q5_k_matvec, quantize_q5_k, dequantize_q5_k};
 
 }  // namespace lmt::cpu

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "cpu/ggml/kquant_ggml.hpp"
 #include "cpu/types/q6_k/q6k.hpp"
 
 namespace lmt::cpu {
@@ -63,6 +64,14 @@ struct I24Scratch {  // per calling thread: grown, never shrunk
 constexpr int64_t kRowsPerTask = 64;
 
 void q6_k_matvec(const MatvecCall &c) {
+    if (c.precision == Precision::Ggml) {
+#if defined(LMTAIL_HAVE_X86)
+        ggml_kquant_matvec(c, "Q6_K", q6_k_ggml_rows_avx2);
+#else
+        ggml_kquant_matvec(c, "Q6_K", nullptr);
+#endif
+        return;
+    }
     if (c.precision == Precision::I24) {
         thread_local I24Scratch s;
         const size_t n = (size_t)(c.T * c.cols), nbt = (size_t)(c.T * (c.cols / LMT_QK_K));
@@ -107,7 +116,8 @@ void q6_k_matvec(const MatvecCall &c) {
 }  // namespace
 
 // Default: I24 (faster than F32, and at least as accurate: see tests/test_type_q6_k.py).
-const CpuTypeImpl kCpuQ6_K{WeightType::Q6_K, precision_bit(Precision::F32) | precision_bit(Precision::I24),
+const CpuTypeImpl kCpuQ6_K{WeightType::Q6_K,
+                           precision_bit(Precision::F32) | precision_bit(Precision::I24) | kGgmlKPrecisionBit,
                            Precision::I24, q6_k_matvec, quantize_q6_k, dequantize_q6_k};
 
 }  // namespace lmt::cpu
