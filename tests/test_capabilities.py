@@ -10,7 +10,7 @@ import lmtail
 
 BACKENDS = ("cpu", "metal", "metal-emu", "cuda")
 FLOAT_OPS = ("rms_norm", "layer_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
-PRECISIONS = {"f32", "i16", "i24"}
+PRECISIONS = {"f32", "i16", "i24", "ggml"}
 
 
 def test_shape_and_every_backend():

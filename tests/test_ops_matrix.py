@@ -28,7 +28,12 @@ BLOCK = {r["name"]: r["block_elems"] for r in lmtail._core.cpu_types()}
 # THE tolerance table: normwise relative error against float64 of the dequantised weights, per
 # precision (issue 14: every type's default is <= 1e-6; f32 arithmetic over a few thousand terms
 # is ~4e-7; i16 carries x in 16 bits, ~3e-5).
-TOLERANCE = {"f32": 1e-6, "i24": 1e-6, "i16": 1e-4}
+TOLERANCE = {"f32": 1e-6, "i24": 1e-6, "i16": 1e-4,
+             # "ggml" is ggml's own arithmetic (x quantized to q8 for the integer types, rounded to
+             # f16/bf16 for those heads): its error is ggml's, measured ~5e-3 on Q4_0 at 640 cols.
+             "ggml": 2e-2}
+# Precisions that follow ggml's path per batch size instead of lmtail's batch-invariant kernels.
+BATCH_VARIANT = {"ggml"}
 FLOAT_VIEW = {"F16": np.float16, "BF16": np.uint16, "F32": np.float32}
 
 
@@ -70,7 +75,7 @@ def test_matvec_matches_float64(backend, dtype):
         assert err <= TOLERANCE[p], (backend, dtype, p, err)
         # 1-D x gives the row of the batch, bit for bit, where the backend is batch invariant
         one = lmtail.ops.matvec(q, x[1], dtype, backend=backend, precision=prec)
-        if CAPS[backend]["matvec"]["batch_invariant"]:
+        if CAPS[backend]["matvec"]["batch_invariant"] and p not in BATCH_VARIANT:
             assert np.array_equal(bits(one), bits(y[1]))
         else:
             assert np.linalg.norm(one - y[1]) / np.linalg.norm(y[1]) <= 2 * TOLERANCE[p]

@@ -26,7 +26,7 @@ def row_bytes(cols):
 
 def precisions():
     (row,) = [t for t in _core.cpu_types() if t["id"] == TYPE]
-    return row["precisions"]
+    return [p for p in row["precisions"] if p != "ggml"]  # "ggml": tests/test_ggml_exact.py
 
 
 PRECISIONS = precisions()

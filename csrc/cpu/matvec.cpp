@@ -2,6 +2,7 @@
 // shared by every type, then the type's row (csrc/cpu/types/<name>/).
 #include <string>
 
+#include "cpu/ggml/ggml_isa.hpp"
 #include "cpu/types/types.hpp"
 
 namespace lmt {
@@ -96,7 +97,10 @@ void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_
     if (row_stride < rb)
         throw ArgumentError("matvec: row stride " + std::to_string(row_stride) + " < row bytes " + std::to_string(rb));
     if (rows == 0) return;
-    t.matvec(MatvecCall{w, rows, cols, row_stride, x, T, logits, n_threads, resolve_isa(isa), p});
+    // For Ggml the isa names the ggml build to reproduce (bytes depend on it), so Auto must not
+    // read LMTAIL_ISA as resolve_isa does for lmtail's own, ISA-independent precisions.
+    const Isa ri = p == Precision::Ggml ? ggml_isa(isa) : resolve_isa(isa);
+    t.matvec(MatvecCall{w, rows, cols, row_stride, x, T, logits, n_threads, ri, p});
 }
 
 void quantize(WeightType type, const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads) {

@@ -37,7 +37,8 @@ def capabilities() -> dict:
     machine (:func:`backends` lists those). The ops: "matvec" and "head" (weight types by ggml
     name, with ``"by_dtype": {name: {"precisions": [...], "default": name}}`` since precisions
     differ per type; "matvec" also says ``"batch_invariant"``: whether row t of a batch equals
-    that row computed alone, false on CUDA; "head" lists its final ``"norms"``), and the float32 ops "rms_norm",
+    that row computed alone, false on CUDA, and never promised for precision "ggml", which follows
+    ggml's path for each batch size as llama.cpp does; "head" lists its final ``"norms"``), and the float32 ops "rms_norm",
     "layer_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk" (dtypes ["F32"],
     or [] where the backend lacks the op). Any other combination raises
     :class:`UnsupportedError`. The CPU column is the C++ type table (every type compiled in);

@@ -84,6 +84,7 @@ class _Api:
         self.new_tensor_1d = _decl(base, "ggml_new_tensor_1d", P, P, c_int, c_int64)
         self.new_tensor_2d = _decl(base, "ggml_new_tensor_2d", P, P, c_int, c_int64, c_int64)
         self.get_data = _decl(base, "ggml_get_data", P, P)
+        self.get_name = _decl(base, "ggml_get_name", P, P)
         self.nbytes = _decl(base, "ggml_nbytes", c_size_t, P)
         self.set_input = _decl(base, "ggml_set_input", None, P)
         self.set_output = _decl(base, "ggml_set_output", None, P)
@@ -102,6 +103,12 @@ class _Api:
         )
         # ggml-backend.h (libggml-base)
         self.cpu_buffer_from_ptr = _decl(base, "ggml_backend_cpu_buffer_from_ptr", P, P, c_size_t)
+        self.buft_name = _decl(base, "ggml_backend_buft_name", ctypes.c_char_p, P)
+        self.buft_alloc_buffer = _decl(base, "ggml_backend_buft_alloc_buffer", P, P, c_size_t)
+        self.buffer_get_base = _decl(base, "ggml_backend_buffer_get_base", P, P)
+        self.tensor_set = _decl(base, "ggml_backend_tensor_set", None, P, P, c_size_t, c_size_t)
+        self.reg_dev_get = _decl(base, "ggml_backend_reg_dev_get", P, P, c_size_t)
+        self.reg_get_proc_address = _decl(base, "ggml_backend_reg_get_proc_address", P, P, ctypes.c_char_p)
         self.tensor_alloc = _decl(base, "ggml_backend_tensor_alloc", c_int, P, P, P)
         self.buffer_free = _decl(base, "ggml_backend_buffer_free", None, P)
         # ggml-cpu.h (libggml-cpu)
@@ -111,6 +118,8 @@ class _Api:
         self.cpu_has_avx512 = _decl(cpu, "ggml_cpu_has_avx512", c_int)
         self.cpu_has_avx2 = _decl(cpu, "ggml_cpu_has_avx2", c_int)
         self.cpu_has_llamafile = _decl(cpu, "ggml_cpu_has_llamafile", c_int)
+        self.cpu_has_neon = _decl(cpu, "ggml_cpu_has_neon", c_int)
+        self.cpu_reg = _decl(cpu, "ggml_backend_cpu_reg", P)
         self.cpu_init()  # fp16 tables, GGML_CPU_DISABLE_FUSION; idempotent
 
 
@@ -126,6 +135,39 @@ def available() -> bool:
     except OracleUnavailable:
         return False
     return True
+
+
+def oracle_build_isa() -> str:
+    """The ISA the oracle's ggml-cpu was compiled for ("avx512", "avx2", "neon" or "scalar"): the
+    build whose bytes precision="ggml" must reproduce on this machine (ggml_cpu_has_* report the
+    compile-time flags of that library)."""
+    a = api()
+    if a.cpu_has_avx512():
+        return "avx512"
+    if a.cpu_has_avx2():
+        return "avx2"
+    if a.cpu_has_neon():
+        return "neon"
+    return "scalar"
+
+
+@functools.lru_cache(maxsize=None)
+def repack_buffer_type() -> Optional[int]:
+    """ggml-cpu's CPU_REPACK extra buffer type (what llama.cpp loads weights into by default,
+    use_extra_bufts), or None when this build has none."""
+    a = api()
+    dev = a.reg_dev_get(a.cpu_reg(), 0)
+    fn = a.reg_get_proc_address(a.cpu_reg(), b"ggml_backend_dev_get_extra_bufts")
+    if not dev or not fn:
+        return None
+    get = ctypes.CFUNCTYPE(POINTER(c_void_p), c_void_p)(fn)
+    lst = get(dev)
+    i = 0
+    while lst and lst[i]:
+        if a.buft_name(lst[i]) == b"CPU_REPACK":
+            return int(lst[i])
+        i += 1
+    return None
 
 
 def describe() -> str:
@@ -408,6 +450,19 @@ def aligned_empty(shape, dtype, align: int = 4096) -> np.ndarray:
     return raw[off : off + nbytes].view(dtype).reshape(shape)
 
 
+GGML_MAX_NAME = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_extra_offset() -> int:
+    """offsetof(struct ggml_tensor, extra): `extra` follows `char name[GGML_MAX_NAME]` in ggml.h;
+    the name's offset is read from ggml_get_name on a scratch tensor rather than assumed."""
+    a = api()
+    with _Graph(data_bytes=256, n_tensors=1) as g:
+        t = g.new_1d(GGML_TYPE_F32, 1)
+        return int(a.get_name(t)) - int(t) + GGML_MAX_NAME
+
+
 class MatMul:
     """ggml_mul_mat(W, x) for a weight W of ggml type `type_id` given as its raw bytes
     (rows, row_bytes) uint8, and f32 x (T, cols) -> f32 (T, rows).
@@ -421,9 +476,15 @@ class MatMul:
     copy=None binds W zero-copy when it is C-contiguous and 32-byte aligned (then W must not be
     modified or freed while this object lives; it keeps a reference), else copies it once into
     the context.  copy=True always copies.
+
+    repack=True puts W in ggml-cpu's CPU_REPACK buffer instead (llama.cpp's default for model
+    weights): ggml repacks the types and shapes it has interleaved kernels for on this CPU (on
+    AVX2: Q4_0 and Q4_K with rows % 8 == 0) and runs those kernels; other weights stay as they are
+    (``self.repacked`` says which happened).
     """
 
-    def __init__(self, w: np.ndarray, type_id: int, cols: int, T: int, copy: Optional[bool] = None) -> None:
+    def __init__(self, w: np.ndarray, type_id: int, cols: int, T: int, copy: Optional[bool] = None,
+                 repack: bool = False) -> None:
         w = np.asarray(w)
         if w.dtype != np.uint8 or w.ndim != 2:
             raise ValueError(f"w must be uint8 (rows, row_bytes), got {w.dtype} {w.shape}")
@@ -437,14 +498,18 @@ class MatMul:
         self.cols = int(cols)
         self.T = int(T)
         bindable = w.flags.c_contiguous and w.ctypes.data % TENSOR_ALIGNMENT == 0
-        self.zero_copy = bool(bindable) if copy is None else (not copy)
+        self.zero_copy = False if repack else (bool(bindable) if copy is None else (not copy))
         if self.zero_copy and not bindable:
             raise ValueError("copy=False needs a C-contiguous, 32-byte aligned weight buffer")
         xb = 4 * self.T * self.cols
         yb = 4 * self.T * self.rows
-        wb = 0 if self.zero_copy else w.nbytes
+        wb = 0 if self.zero_copy else w.nbytes  # repack: room for the plain fallback
         self.g = _Graph(data_bytes=wb + xb + yb + 3 * 256, n_tensors=3)
-        if self.zero_copy:
+        self.repacked = False
+        self.tw = self._repack_weight(w) if repack else None
+        if self.tw is not None:
+            pass
+        elif self.zero_copy:
             self.tw = self.g.bind_2d(self.type_id, self.cols, self.rows, w)
         else:
             self.tw = self.g.new_2d(self.type_id, self.cols, self.rows)
@@ -454,6 +519,36 @@ class MatMul:
         self.ty = a.mul_mat(self.g.ctx, self.tw, self.tx)  # ne = [rows, T]
         self.g.build(self.ty)
         self.weight_bytes = int(w.nbytes)
+
+    def _repack_weight(self, w: np.ndarray):
+        """The weight tensor in a CPU_REPACK buffer, set through ggml_backend_tensor_set (which is
+        where ggml repacks it); None when ggml does not repack this type/shape on this CPU (llama.cpp
+        then keeps the weight in a plain CPU buffer)."""
+        a, g = self.g.a, self.g
+        buft = repack_buffer_type()
+        if buft is None:
+            raise OracleUnavailable("this ggml-cpu build has no CPU_REPACK buffer type")
+        a.set_no_alloc(g.ctx, True)
+        try:
+            t = g.new_2d(self.type_id, self.cols, self.rows)
+        finally:
+            a.set_no_alloc(g.ctx, False)
+        nb = a.nbytes(t)
+        buf = a.buft_alloc_buffer(buft, nb + 4096)
+        if not buf:
+            raise MemoryError(f"CPU_REPACK buffer of {nb} bytes")
+        g._buffers.append(buf)
+        st = a.tensor_alloc(buf, t, a.buffer_get_base(buf))
+        if st != 0:
+            raise RuntimeError(f"ggml_backend_tensor_alloc (repack): {GGML_STATUS.get(st, st)}")
+        # ggml_tensor.extra (the repack traits) is set by the buffer's init_tensor only for the
+        # types/shapes it repacks (ggml_repack_get_optimal_repack_type).
+        self.repacked = bool(ctypes.c_void_p.from_address(t + _tensor_extra_offset()).value)
+        if not self.repacked:
+            return None
+        wc = np.ascontiguousarray(w)
+        a.tensor_set(t, wc.ctypes.data, 0, nb)
+        return t
 
     def set_x(self, x) -> None:
         x = np.asarray(x)

@@ -13,7 +13,10 @@
 namespace lmt::cpu {
 
 // A checked matvec call: cols is a positive multiple of the block, row_stride >= the row bytes,
-// rows >= 1, T >= 1; isa is resolved (never Auto) and precision is one the type supports.
+// rows >= 1, T >= 1; isa is resolved (never Auto) and precision is one the type supports. With
+// Precision::Ggml, isa is the ggml build to reproduce (cpu/ggml/ggml_isa.hpp), not yet checked
+// against this CPU: the type's ggml route raises UnsupportedError for a build it does not
+// reproduce or cannot emulate here.
 struct MatvecCall {
     const uint8_t *w;
     int64_t rows, cols;
