@@ -216,6 +216,21 @@ def test_q8_0_full_head_202048x6656_equals_ggml(G):
                     assert np.array_equal(bits(got), bits(ref)), (T, th, lt)
 
 
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
+def test_thread_count_never_changes_bytes(dtype):
+    """No oracle needed (so it also runs under tools/sanitize.sh): 1, 2 and 3 threads give the same
+    bytes on every path (vec_dot, sgemm, repack gemv/gemm, float leftovers)."""
+    rng = np.random.default_rng(13)
+    for rows, cols in ((8, 64), (13, 96), (72, 640), (12, 37 if dtype[0] in "FB" else 32)):
+        q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+        for T in (1, 2, 4, 5, 9):
+            x = rng.standard_normal((T, cols)).astype(np.float32)
+            a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1)
+            assert np.isfinite(a).all()
+            for th in (2, 3):
+                assert np.array_equal(bits(a), bits(lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th)))
+
+
 # ---- what is not claimed / bad use -------------------------------------------------------------
 
 

@@ -51,22 +51,42 @@ inline __m256i sum8x8(const __m256i v[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-// Repack path: 8 rows (lanes) against one activation row; kGemm picks the gemm's sign source.
+// sum8x8 for int16 byte-pair sums m[k] (maddubs of nibbles 0..15 by bytes: |lane| <= 3840): two
+// hadd_epi16 levels stay below 2^15 (8 products <= 15360), then one widening madd.
+inline __m256i sum8x8_i16(const __m256i m[8]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i a = _mm256_madd_epi16(
+        _mm256_hadd_epi16(_mm256_hadd_epi16(m[0], m[1]), _mm256_hadd_epi16(m[2], m[3])), ones);
+    const __m256i b = _mm256_madd_epi16(
+        _mm256_hadd_epi16(_mm256_hadd_epi16(m[4], m[5]), _mm256_hadd_epi16(m[6], m[7])), ones);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// Repack path: 8 rows (lanes) against one activation row. The exact block sum is computed as
+// sum((w + 8) * x) - 8 * sum(x) (unsigned nibbles straight into maddubs: no sign ops), which is
+// what both ggml kernels compute except where the gemv's sign trick wraps: a -128 activation
+// byte against a negative weight. Blocks holding a -128 byte (xneg) therefore take the gemv's
+// own sign trick when kGemm is false.
 template <bool kGemm>
-inline __m256 repack_dot8(const uint8_t *w0, size_t stride, const lmt_block_q8_0 *xq, const float *xd, int64_t nb) {
+inline __m256 repack_dot8(const uint8_t *w0, size_t stride, const lmt_block_q8_0 *xq, const float *xd,
+                          const int32_t *xsum, const uint8_t *xneg, int64_t nb) {
     __m256 acc = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; ++b) {
         const __m256i qx = _mm256_loadu_si256((const __m256i *)xq[b].qs);
         __m256i v[8];
-        alignas(32) float dw[8];
+        alignas(16) uint16_t dh[8];
+        const bool trick = !kGemm && xneg[b];
         for (int k = 0; k < 8; ++k) {
             const uint8_t *blk = w0 + k * stride + b * kB;
-            dw[k] = block_d(blk);
-            const __m256i qw = q4_0_bytes(blk + 2);
-            v[k] = kGemm ? dot4_i32(qx, qw) : dot4_i32(qw, qx);
+            std::memcpy(&dh[k], blk, 2);
+            const __m128i t = _mm_loadu_si128((const __m128i *)(blk + 2));
+            const __m256i u = _mm256_and_si256(_mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1), m4);
+            v[k] = trick ? dot4_i32(_mm256_sub_epi8(u, _mm256_set1_epi8(8)), qx) : _mm256_maddubs_epi16(u, qx);
         }
-        const __m256 dd = _mm256_mul_ps(_mm256_load_ps(dw), _mm256_set1_ps(xd[b]));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8x8(v)), dd, acc);
+        const __m256i isum = trick ? sum8x8(v) : _mm256_sub_epi32(sum8x8_i16(v), _mm256_set1_epi32(8 * xsum[b]));
+        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh)), _mm256_set1_ps(xd[b]));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, acc);
     }
     return acc;
 }
@@ -78,14 +98,28 @@ void q4_0_matvec_ggml_avx2(const MatvecCall &c) {
     const Q8_0Acts xa(c.x, c.T, c.cols);
     if (c.rows % 8 == 0) {
         const int64_t t_gemm = c.T - c.T % 4;
+        std::vector<int32_t> xsum(xa.q.size());
+        std::vector<uint8_t> xneg(xa.q.size());
+        for (size_t i = 0; i < xa.q.size(); ++i) {
+            int32_t s = 0;
+            bool neg = false;
+            for (int j = 0; j < 32; ++j) {
+                s += xa.q[i].qs[j];
+                neg |= xa.q[i].qs[j] == -128;
+            }
+            xsum[i] = s;
+            xneg[i] = neg;
+        }
         for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; r += 8) {
                 const uint8_t *w0 = c.w + (size_t)r * c.row_stride;
                 for (int64_t t = 0; t < c.T; ++t) {
                     const lmt_block_q8_0 *xq = &xa.q[(size_t)(t * nb)];
                     const float *xd = &xa.d[(size_t)(t * nb)];
-                    const __m256 acc = t < t_gemm ? repack_dot8<true>(w0, c.row_stride, xq, xd, nb)
-                                                  : repack_dot8<false>(w0, c.row_stride, xq, xd, nb);
+                    const int32_t *xs = &xsum[(size_t)(t * nb)];
+                    const uint8_t *xn = &xneg[(size_t)(t * nb)];
+                    const __m256 acc = t < t_gemm ? repack_dot8<true>(w0, c.row_stride, xq, xd, xs, xn, nb)
+                                                  : repack_dot8<false>(w0, c.row_stride, xq, xd, xs, xn, nb);
                     _mm256_storeu_ps(c.logits + t * c.rows + r, acc);
                 }
             }
