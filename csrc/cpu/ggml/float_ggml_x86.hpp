@@ -85,7 +85,8 @@ inline float vec_dot(const uint8_t *row, const float *x, int64_t n) {
     }
 }
 
-// tinyBLAS's per-element sum for up to 4 activation rows at once (independent chains).
+// tinyBLAS's per-element sum for up to 8 activation rows at once (independent chains; each
+// weight vector is loaded once for all of them).
 template <class W, int N>
 inline void sgemm_dot(const uint8_t *row, const float *const *x, int64_t n, float *out) {
     __m256 acc[N];
@@ -109,12 +110,15 @@ void float_matvec_ggml(const MatvecCall &c) {
                 for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r] = vec_dot<W, K>(row, &xv[(size_t)(t * c.cols)], c.cols);
                 continue;
             }
-            for (int64_t t = 0; t < c.T; t += 4) {
-                const int n = (int)std::min<int64_t>(4, c.T - t);
-                const float *xs[4];
-                for (int j = 0; j < 4; ++j) xs[j] = &xv[(size_t)((t + std::min(j, n - 1)) * c.cols)];
-                float out[4];
-                sgemm_dot<W, 4>(row, xs, c.cols, out);
+            for (int64_t t = 0; t < c.T; t += 8) {
+                const int n = (int)std::min<int64_t>(8, c.T - t);
+                const float *xs[8];
+                for (int j = 0; j < 8; ++j) xs[j] = &xv[(size_t)((t + std::min(j, n - 1)) * c.cols)];
+                float out[8];
+                if (n <= 4)
+                    sgemm_dot<W, 4>(row, xs, c.cols, out);
+                else
+                    sgemm_dot<W, 8>(row, xs, c.cols, out);
                 for (int j = 0; j < n; ++j) c.logits[(t + j) * c.rows + r] = out[j];
             }
         }
