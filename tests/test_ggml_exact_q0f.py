@@ -11,11 +11,18 @@ comparisons skip with the reason.
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 
 import lmtail
-from lmtail import errors
+from lmtail import _core, errors
+
+X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+needs_x86 = pytest.mark.skipif(not X86, reason="precision='ggml' for these types is built for x86 only (ggml's AVX2 build)")
+needs_avx2 = pytest.mark.skipif(not (X86 and _core.isa_available("avx2")),
+                                reason="emulating ggml's AVX2 build needs an AVX2 + FMA + F16C CPU")
 
 TYPE_ID = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "BF16": 30}
 TS = (1, 2, 3, 4, 7, 8, 9, 16)
@@ -24,6 +31,9 @@ TS = (1, 2, 3, 4, 7, 8, 9, 16)
 @pytest.fixture(scope="module")
 def G():
     from oracle import graph
+
+    if not (X86 and _core.isa_available("avx2")):
+        pytest.skip("emulating ggml's AVX2 build needs an x86 AVX2 + FMA + F16C CPU")
 
     if not graph.available():
         pytest.skip("llama-cpp-python (the ggml oracle) is not installed")
@@ -63,7 +73,7 @@ def check(G, q, dtype, cols, x, threads=(1, 2)):
     for th in threads:
         ref = oracle(G, q, dtype, cols, x, th)
         for lt in (1, 2):
-            got = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=lt)
+            got = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=lt, isa="avx2")
             diff = np.flatnonzero(bits(got) != bits(ref))
             assert diff.size == 0, (
                 f"{dtype} {q.shape[0]}x{cols} T={x.shape[0]} ggml threads={th} lmtail threads={lt}: "
@@ -216,6 +226,7 @@ def test_q8_0_full_head_202048x6656_equals_ggml(G):
                     assert np.array_equal(bits(got), bits(ref)), (T, th, lt)
 
 
+@needs_avx2
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_thread_count_never_changes_bytes(dtype):
     """No oracle needed (so it also runs under tools/sanitize.sh): 1, 2 and 3 threads give the same
@@ -225,20 +236,22 @@ def test_thread_count_never_changes_bytes(dtype):
         q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
         for T in (1, 2, 4, 5, 9):
             x = rng.standard_normal((T, cols)).astype(np.float32)
-            a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1)
+            a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1, isa="avx2")
             assert np.isfinite(a).all()
             for th in (2, 3):
-                assert np.array_equal(bits(a), bits(lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th)))
+                assert np.array_equal(bits(a), bits(lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th, isa="avx2")))
 
 
 # ---- what is not claimed / bad use -------------------------------------------------------------
 
 
+@needs_x86
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_capability_table_lists_ggml(dtype):
     assert "ggml" in lmtail.capabilities()["cpu"]["matvec"]["by_dtype"][dtype]["precisions"]
 
 
+@needs_x86
 @pytest.mark.parametrize("isa", ["avx512", "scalar"])
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_unclaimed_ggml_builds_are_unsupported(dtype, isa):
@@ -249,6 +262,7 @@ def test_unclaimed_ggml_builds_are_unsupported(dtype, isa):
         lmtail.ops.matvec(q, np.ones(64, np.float32), dtype, precision="ggml", isa=isa)
 
 
+@needs_avx2
 def test_bad_use_is_typed():
     q = raw("Q8_0", np.ones((8, 64), np.float32))
     with pytest.raises(errors.ShapeError):
