@@ -113,7 +113,9 @@ def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, war
     print(f"\n== timing: {what}, {args.gap_ms:g} ms idle gap before each call, {warmup} warm-up round(s)")
     for T in Ts:
         x = rng.standard_normal((T, COLS), dtype=np.float32)
-        mm = G.MatMul(w, type_id, COLS, T)
+        # --ggml-repack: the weight where llama.cpp loads it (CPU_REPACK, use_extra_bufts) for the
+        # types/shapes ggml repacks on this CPU; ggml's own choice, so the anchor is llama.cpp's path.
+        mm = G.MatMul(w, type_id, COLS, T, repack=args.ggml_repack)
         mm.set_x(x)
         if lm is not None:  # agreement of the two on the full head (ggml uses q8_K activations)
             mm.time_once(max(threads_list))
@@ -122,7 +124,10 @@ def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, war
                 y_lm = lm.ops.matvec(w, x, dtype, threads=max(threads_list), precision=None if prec == "default" else prec)
                 rel = float(np.linalg.norm(y_lm.astype(np.float64) - y_gg) / np.linalg.norm(y_gg.astype(np.float64)))
                 agree = float(np.mean(np.argmax(y_lm, 1) == np.argmax(y_gg, 1)))
-                sanity[f"{dtype}/{T}/{prec}"] = {"rel_l2_lmtail_vs_ggml": rel, "argmax_agree": agree}
+                same = bool(np.array_equal(y_lm.view(np.uint32), y_gg.view(np.uint32)))
+                sanity[f"{dtype}/{T}/{prec}"] = {"rel_l2_lmtail_vs_ggml": rel, "argmax_agree": agree, "bytes_equal": same}
+                if prec == "ggml":
+                    print(f"  T={T} ggml: bytes equal to ggml's: {same}")
                 print(f"  T={T} {prec}: lmtail vs ggml rel L2 {rel:.2e} (ggml's quantised activations for the integer types), "
                       f"argmax agreement {agree:.0%}")
         for nt in threads_list:
@@ -187,6 +192,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dtype", default="Q5_K", help=f"comma list of head weight types, or 'all' ({','.join(ALL_DTYPES)}); default Q5_K")
     ap.add_argument("--precision", default="default", help="comma list of lmtail precisions ('default' = the type's own; e.g. default,f32)")
+    ap.add_argument("--ggml-repack", action="store_true",
+                    help="ggml's weight in the CPU_REPACK buffer (llama.cpp's default; repacks Q4_0/Q4_K rows%%8==0 on AVX2)")
     ap.add_argument("--ggml-only", action="store_true", help="skip lmtail (weights from ggml_quantize_chunk, no bandwidth probe)")
     ap.add_argument("--json", metavar="PATH", help="write all raw timings and summaries as JSON")
     args = ap.parse_args(argv)

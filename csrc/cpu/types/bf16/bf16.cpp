@@ -1,11 +1,13 @@
 // BF16 (ggml type 30): the type-table row. quantize is ggml_compute_fp32_to_bf16 per weight
 // (f32_to_bf16_ggml), dequantize and the matvec widen exactly (cpu/types/float_common.hpp).
+#include "cpu/ggml/q0f_ggml.hpp"
 #include "cpu/types/float_common.hpp"
 
 namespace lmt::cpu {
 namespace {
 
 void bf16_matvec(const MatvecCall &c) {
+    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(bf16_matvec_ggml_avx2), "BF16")) return;
 #if defined(LMTAIL_HAVE_X86)
     float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_avx2);
 #elif defined(LMTAIL_HAVE_NEON)
@@ -17,7 +19,7 @@ void bf16_matvec(const MatvecCall &c) {
 
 }  // namespace
 
-const CpuTypeImpl kCpuBF16{WeightType::BF16, precision_bit(Precision::F32), Precision::F32, bf16_matvec,
+const CpuTypeImpl kCpuBF16{WeightType::BF16, precision_bit(Precision::F32) | LMT_Q0F_GGML_BIT, Precision::F32, bf16_matvec,
                            float_quantize_16<f32_to_bf16_ggml>, float_dequantize<BF16Weights>};
 
 }  // namespace lmt::cpu

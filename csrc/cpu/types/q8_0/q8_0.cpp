@@ -17,6 +17,7 @@
 #include <limits>
 #include <string>
 
+#include "cpu/ggml/q0f_ggml.hpp"
 #include "cpu/types/q8_0/q8_0.hpp"
 #include "cpu/types/types.hpp"
 
@@ -121,6 +122,7 @@ static void canonical_nans(float *logits, int64_t rows, int64_t T, int64_t r0, i
 }
 
 void q8_0_matvec(const MatvecCall &c) {
+    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(q8_0_matvec_ggml_avx2), "Q8_0")) return;
     const MatvecArgs a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
     void (*kernel)(const MatvecArgs &, int64_t, int64_t) = matvec_q8_0_scalar;
 #if defined(LMTAIL_HAVE_X86)
@@ -140,7 +142,7 @@ void q8_0_matvec(const MatvecCall &c) {
 
 }  // namespace
 
-const CpuTypeImpl kCpuQ8_0{WeightType::Q8_0, precision_bit(Precision::F32), Precision::F32, q8_0_matvec,
+const CpuTypeImpl kCpuQ8_0{WeightType::Q8_0, precision_bit(Precision::F32) | LMT_Q0F_GGML_BIT, Precision::F32, q8_0_matvec,
                            quantize_q8_0, dequantize_q8_0};
 
 }  // namespace lmt::cpu

@@ -1,0 +1,128 @@
+// F32 / F16 / BF16 precision="ggml" (include from the types' *_ggml_avx2.cpp): the bytes of ggml's
+// AVX2 (+ FMA + F16C) build. ggml_compute_forward_mul_mat converts x to the vec_dot type first
+// (F16: ggml_cpu_fp32_to_fp16, F16C round to nearest even; BF16: ggml_cpu_fp32_to_bf16; F32
+// as is), then:
+// * llamafile's tinyBLAS<8, __m256> when T >= 2, cols % 8 == 0 and rows % 4 == 0 (matmul()
+//   declines k % 8 and m % 4; llamafile_sgemm declines n < 2): per (row, activation)
+//     acc[8] = 0; acc = fma(w[i..i+8], x[i..i+8], acc) for i = 0, 8, ...;  logit = hsum8(acc)
+//   (on this build the F16 and BF16 weights take it only after x was converted: the first call,
+//   with x in f32, declines them);
+// * otherwise the type's vec_dot (vec.cpp; sums as the oracle's GCC 12 -O3 compiled them):
+//   four 8-lane accumulators over the first np = cols & ~31 weights, acc[(i / 8) % 4] += w * x by
+//   FMA, then
+//     F32:  s = reduce4_hadd (f32); the cols - np leftovers in order: s = s + round(w * x) for the
+//           first 4 * floor((cols - np) / 4), s = fma(w, x, s) for the last (cols - np) % 4
+//           (GCC vectorised the leftover loop by 8 and 4 without contraction, left the rest
+//           scalar and contracted);
+//     F16:  s = (double)reduce4_hadd; s += (double)(w * x) per leftover (products are exact);
+//           logit = (float)s;
+//     BF16: s = (double)reduce4_bf16; leftovers as F16.
+#pragma once
+
+#include "cpu/ggml/q0f_ggml.hpp"
+#include "cpu/ggml/q0f_ggml_x86.hpp"
+
+namespace lmt::cpu::ggml_x86 {
+
+struct F32W {
+    static __m256 load8(const uint8_t *row, int64_t i) { return _mm256_loadu_ps((const float *)row + i); }
+    static float at(const uint8_t *row, int64_t i) {
+        float f;
+        std::memcpy(&f, row + 4 * i, 4);
+        return f;
+    }
+    static void prepare(const float *x, float *y, int64_t n) { std::memcpy(y, x, (size_t)n * 4); }
+};
+struct F16W {
+    static __m256 load8(const uint8_t *row, int64_t i) {
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
+    }
+    static float at(const uint8_t *row, int64_t i) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        return _cvtsh_ss(h);
+    }
+    static void prepare(const float *x, float *y, int64_t n) { round_f16(x, y, n); }
+};
+struct BF16W {
+    static __m256 load8(const uint8_t *row, int64_t i) {
+        const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(row + 2 * i)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+    }
+    static float at(const uint8_t *row, int64_t i) {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        const uint32_t u = (uint32_t)h << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+    static void prepare(const float *x, float *y, int64_t n) { round_bf16(x, y, n); }
+};
+
+enum class VecDot { F32, F16, BF16 };
+
+template <class W, VecDot K>
+inline float vec_dot(const uint8_t *row, const float *x, int64_t n) {
+    const int64_t np = n & ~(int64_t)31;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < np; i += 32) {
+        a0 = _mm256_fmadd_ps(W::load8(row, i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(W::load8(row, i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(W::load8(row, i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(W::load8(row, i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    if constexpr (K == VecDot::F32) {
+        float s = reduce4_hadd(a0, a1, a2, a3);
+        const int64_t n4 = np + ((n - np) & ~(int64_t)3);
+        for (int64_t i = np; i < n4; ++i) s = s + W::at(row, i) * x[i];
+        for (int64_t i = n4; i < n; ++i) s = std::fma(W::at(row, i), x[i], s);
+        return s;
+    } else {
+        double s = (double)(K == VecDot::F16 ? reduce4_hadd(a0, a1, a2, a3) : reduce4_bf16(a0, a1, a2, a3));
+        for (int64_t i = np; i < n; ++i) s += (double)(W::at(row, i) * x[i]);
+        return (float)s;
+    }
+}
+
+// tinyBLAS's per-element sum for up to 8 activation rows at once (independent chains; each
+// weight vector is loaded once for all of them).
+template <class W, int N>
+inline void sgemm_dot(const uint8_t *row, const float *const *x, int64_t n, float *out) {
+    __m256 acc[N];
+    for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256 w = W::load8(row, i);
+        for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(x[j] + i), acc[j]);
+    }
+    for (int j = 0; j < N; ++j) out[j] = hsum8(acc[j]);
+}
+
+template <class W, VecDot K>
+void float_matvec_ggml(const MatvecCall &c) {
+    std::vector<float> xv((size_t)(c.T * c.cols));
+    W::prepare(c.x, xv.data(), c.T * c.cols);
+    const bool sgemm = c.T >= 2 && c.cols % 8 == 0 && c.rows % 4 == 0;
+    for_row_tasks(c.n_threads, c.rows, 32, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t *row = c.w + (size_t)r * c.row_stride;
+            if (!sgemm) {
+                for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r] = vec_dot<W, K>(row, &xv[(size_t)(t * c.cols)], c.cols);
+                continue;
+            }
+            for (int64_t t = 0; t < c.T; t += 8) {
+                const int n = (int)std::min<int64_t>(8, c.T - t);
+                const float *xs[8];
+                for (int j = 0; j < 8; ++j) xs[j] = &xv[(size_t)((t + std::min(j, n - 1)) * c.cols)];
+                float out[8];
+                if (n <= 4)
+                    sgemm_dot<W, 4>(row, xs, c.cols, out);
+                else
+                    sgemm_dot<W, 8>(row, xs, c.cols, out);
+                for (int j = 0; j < n; ++j) c.logits[(t + j) * c.rows + r] = out[j];
+            }
+        }
+    });
+}
+
+}  // namespace lmt::cpu::ggml_x86

@@ -1,0 +1,275 @@
+"""precision="ggml" for Q8_0, Q4_0, F16, BF16 and F32: the raw bytes of ggml's CPU mul_mat.
+
+Every comparison runs the oracle's ggml graph (tests/oracle/graph.py MatMul) on the same weight
+bytes and x, with the weight where llama.cpp puts it: the CPU_REPACK buffer for Q4_0 with
+rows % 8 == 0 (llama.cpp's default use_extra_bufts), a plain CPU buffer otherwise. The whole
+(T, rows) output must be byte-identical for T = 1 .. 16 (ggml switches from vec_dot to llamafile's
+sgemm at T = 2, from the repack gemv to its gemm at T = 4), with 1 and 2 threads on both sides.
+These cells are claimed for ggml's AVX2 build only; on a host whose oracle is another build the
+comparisons skip with the reason.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+
+import lmtail
+from lmtail import _core, errors
+
+X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+needs_x86 = pytest.mark.skipif(not X86, reason="precision='ggml' for these types is built for x86 only (ggml's AVX2 build)")
+needs_avx2 = pytest.mark.skipif(not (X86 and _core.isa_available("avx2")),
+                                reason="emulating ggml's AVX2 build needs an AVX2 + FMA + F16C CPU")
+
+TYPE_ID = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "BF16": 30}
+TS = (1, 2, 3, 4, 7, 8, 9, 16)
+
+
+@pytest.fixture(scope="module")
+def G():
+    from oracle import graph
+
+    if not (X86 and _core.isa_available("avx2")):
+        pytest.skip("emulating ggml's AVX2 build needs an x86 AVX2 + FMA + F16C CPU")
+
+    if not graph.available():
+        pytest.skip("llama-cpp-python (the ggml oracle) is not installed")
+    isa = graph.oracle_build_isa()
+    if isa != "avx2":
+        pytest.skip(f"the oracle is ggml's {isa} build; precision='ggml' reproduces ggml's AVX2 build for these types")
+    return graph
+
+
+def raw(dtype, w):
+    """The GGUF bytes of w (rows, cols) as dtype: (rows, row_bytes) uint8."""
+    return np.ascontiguousarray(lmtail.quantize(w, dtype))
+
+
+def bits(a):
+    return np.ascontiguousarray(a).view(np.uint32)
+
+
+def oracle(G, q, dtype, cols, x, threads):
+    repack = dtype == "Q4_0" and q.shape[0] % 8 == 0
+    with G.MatMul(q, TYPE_ID[dtype], cols, x.shape[0], repack=repack) as mm:
+        assert mm.repacked == repack
+        return mm.run(x, threads)
+
+
+def activations(rng, kind, T, cols):
+    x = rng.standard_normal((T, cols)).astype(np.float32)
+    if kind == "outlier":  # one large value per row, a few tiny blocks: q8_0's scale per block
+        x[:, rng.integers(0, cols, T)] *= 300.0
+        x[:, : min(cols, 32)] *= 1e-6
+    elif kind == "scaled":  # rows of very different magnitude
+        x *= np.float32(10.0) ** rng.integers(-6, 6, (T, 1)).astype(np.float32)
+    return x
+
+
+def check(G, q, dtype, cols, x, threads=(1, 2)):
+    for th in threads:
+        ref = oracle(G, q, dtype, cols, x, th)
+        for lt in (1, 2):
+            got = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=lt, isa="avx2")
+            diff = np.flatnonzero(bits(got) != bits(ref))
+            assert diff.size == 0, (
+                f"{dtype} {q.shape[0]}x{cols} T={x.shape[0]} ggml threads={th} lmtail threads={lt}: "
+                f"{diff.size} logits differ, first at {np.unravel_index(diff[0], ref.shape)}: "
+                f"{got.ravel()[diff[0]]!r} vs ggml {ref.ravel()[diff[0]]!r}"
+            )
+
+
+QUANT_COLS = (32, 64, 96, 640, 896, 2880, 6656)
+FLOAT_COLS = (1, 7, 8, 37, 64, 96, 100, 200, 640, 896, 2880, 6656)
+ROWS = (1, 7, 8, 9, 13, 64)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0"])
+@pytest.mark.parametrize("cols", QUANT_COLS)
+def test_quant_types_bytes_equal_ggml(G, dtype, cols):
+    rng = np.random.default_rng(cols)
+    for rows in ROWS:
+        q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+        for T in TS:
+            check(G, q, dtype, cols, activations(rng, ("gauss", "outlier", "scaled")[T % 3], T, cols))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("dtype", ["F16", "BF16", "F32"])
+@pytest.mark.parametrize("cols", FLOAT_COLS)
+def test_float_types_bytes_equal_ggml(G, dtype, cols):
+    """cols % 8 != 0 and rows % 4 != 0 keep ggml on vec_dot at every T (tinyBLAS declines); cols
+    % 32 != 0 exercises vec_dot's leftover loop."""
+    rng = np.random.default_rng(1000 + cols)
+    for rows in ROWS + (4, 12):
+        q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+        for T in TS:
+            check(G, q, dtype, cols, activations(rng, ("gauss", "outlier", "scaled")[T % 3], T, cols), threads=(2,))
+
+
+@pytest.mark.oracle
+def test_f16_weights_as_float16_array_equal_raw_bytes(G):
+    rng = np.random.default_rng(5)
+    w16 = rng.standard_normal((64, 896)).astype(np.float16)
+    q = np.ascontiguousarray(w16).view(np.uint8)
+    for T in (1, 8):
+        x = rng.standard_normal((T, 896)).astype(np.float32)
+        a = lmtail.ops.matvec(w16, x, "F16", precision="ggml")
+        assert np.array_equal(bits(a), bits(lmtail.ops.matvec(q, x, "F16", precision="ggml")))
+        assert np.array_equal(bits(a), bits(oracle(G, q, "F16", 896, x, 1)))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
+def test_nonfinite_activations_match_ggml(G, dtype):
+    """NaN / inf in x: ggml's q8_0 max can drop a NaN (max_ps keeps its second operand), turning
+    the block's other weights into finite garbage and the NaN itself into -128; the float types
+    propagate. Whatever ggml makes of it, the bytes must be its bytes."""
+    rng = np.random.default_rng(7)
+    cols = 640
+    for rows in (8, 13):
+        q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+        for T in (1, 2, 4, 5, 8):
+            x = rng.standard_normal((T, cols)).astype(np.float32)
+            x[0, 3] = np.nan  # first vector of a block: max_ps drops it
+            if T > 1:
+                x[1, 40] = np.inf
+            if T > 2:
+                x[2, 100] = -np.inf
+                x[2, 200] = np.nan  # last vector's lane: kept
+            if T > 3:
+                x[3, 33] = np.float32(3e38)  # finite, overflows the f16 conversion
+            check(G, q, dtype, cols, x)
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("dtype", ["F16", "BF16", "F32"])
+def test_nonfinite_float_weights_match_ggml(G, dtype):
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((16, 96)).astype(np.float32)
+    w[1, 5] = np.nan
+    w[2, 7] = np.inf
+    w[3, 9] = -np.inf
+    if dtype == "F32":  # lmtail.quantize refuses non-finite weights: the bytes are built here
+        q = w.view(np.uint8)
+    elif dtype == "F16":
+        q = w.astype(np.float16).view(np.uint8)
+    else:
+        q = (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)  # truncation: NaN stays NaN
+    for T in (1, 2, 8):
+        check(G, q, dtype, 96, rng.standard_normal((T, 96)).astype(np.float32))
+
+
+@pytest.mark.oracle
+def test_q8_0_extreme_weight_bytes_match_ggml(G):
+    """Raw Q8_0 bytes no quantiser writes: q = -128 (ggml's sign trick: |-128| = 128 unsigned),
+    zero and huge scales."""
+    rng = np.random.default_rng(9)
+    rows, cols = 16, 256
+    blocks = np.zeros((rows, cols // 32), dtype=[("d", "<f2"), ("qs", "i1", 32)])
+    blocks["d"] = rng.standard_normal(blocks.shape).astype(np.float16)
+    blocks["d"][0, 0] = 0
+    blocks["d"][1, 1] = np.float16(60000)
+    blocks["qs"] = rng.integers(-128, 128, blocks["qs"].shape)
+    blocks["qs"][2] = -128
+    q = np.ascontiguousarray(blocks).view(np.uint8).reshape(rows, -1)
+    for T in (1, 2, 8):
+        check(G, q, "Q8_0", cols, rng.standard_normal((T, cols)).astype(np.float32))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
+def test_head_publishes_ggml_bytes_after_scale_and_cap(G, dtype):
+    """Head(precision="ggml"): llama.cpp's output graph = mul_mat, then ggml_scale and the
+    four-node soft cap (tests/oracle/graph.py softcap_four_nodes)."""
+    rng = np.random.default_rng(11)
+    rows, cols = 64, 640
+    q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+    head = lmtail.Head(q, dtype=dtype, logit_scale=0.125, softcap=30.0, precision="ggml")
+    assert head.precision == "ggml"
+    for T in (1, 8):
+        x = (rng.standard_normal((T, cols)) * 4).astype(np.float32)
+        ref = G.softcap_four_nodes(oracle(G, q, dtype, cols, x, 2), 0.125, 30.0)
+        assert np.array_equal(bits(head.logits(x)), bits(ref))
+
+
+def big_q8_0(rows, cols, seed=0):
+    """Random Q8_0 bytes (f16 scales ~1e-2, q in [-127, 127]) built directly: no 1.3e9-weight
+    quantisation."""
+    rng = np.random.default_rng(seed)
+    nb = cols // 32
+    q = np.empty((rows, nb * 34), np.uint8)
+    v = q.reshape(rows, nb, 34)
+    v[:, :, :2] = (rng.random((rows, nb), np.float32) * 0.02 + 1e-3).astype(np.float16).view(np.uint8).reshape(rows, nb, 2)
+    v[:, :, 2:] = rng.integers(-127, 128, (rows, nb, 32), dtype=np.int8).view(np.uint8)
+    return q
+
+
+@pytest.mark.oracle
+@pytest.mark.slow
+def test_q8_0_full_head_202048x6656_equals_ggml(G):
+    rows, cols = 202048, 6656
+    q = G.aligned_empty((rows, cols // 32 * 34), np.uint8)
+    q[...] = big_q8_0(rows, cols)
+    rng = np.random.default_rng(12)
+    for T in (1, 8):
+        x = rng.standard_normal((T, cols)).astype(np.float32)
+        with G.MatMul(q, TYPE_ID["Q8_0"], cols, T) as mm:
+            for th in (1, 2):
+                ref = mm.run(x, th)
+                for lt in (1, 2):
+                    got = lmtail.ops.matvec(q, x, "Q8_0", precision="ggml", threads=lt)
+                    assert np.array_equal(bits(got), bits(ref)), (T, th, lt)
+
+
+@needs_avx2
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
+def test_thread_count_never_changes_bytes(dtype):
+    """No oracle needed (so it also runs under tools/sanitize.sh): 1, 2 and 3 threads give the same
+    bytes on every path (vec_dot, sgemm, repack gemv/gemm, float leftovers)."""
+    rng = np.random.default_rng(13)
+    for rows, cols in ((8, 64), (13, 96), (72, 640), (12, 37 if dtype[0] in "FB" else 32)):
+        q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+        for T in (1, 2, 4, 5, 9):
+            x = rng.standard_normal((T, cols)).astype(np.float32)
+            a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1, isa="avx2")
+            assert np.isfinite(a).all()
+            for th in (2, 3):
+                assert np.array_equal(bits(a), bits(lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th, isa="avx2")))
+
+
+# ---- what is not claimed / bad use -------------------------------------------------------------
+
+
+@needs_x86
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
+def test_capability_table_lists_ggml(dtype):
+    assert "ggml" in lmtail.capabilities()["cpu"]["matvec"]["by_dtype"][dtype]["precisions"]
+
+
+@needs_x86
+@pytest.mark.parametrize("isa", ["avx512", "scalar"])
+@pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
+def test_unclaimed_ggml_builds_are_unsupported(dtype, isa):
+    """Only ggml's AVX2 build is reproduced for these types (AVX-512's float sums are 16 lanes
+    wide, its Q4_0 repack gemm has its own AVX512BW code); another build is refused, not guessed."""
+    q = raw(dtype, np.ones((8, 64), np.float32))
+    with pytest.raises(errors.UnsupportedError, match="AVX2 build"):
+        lmtail.ops.matvec(q, np.ones(64, np.float32), dtype, precision="ggml", isa=isa)
+
+
+@needs_avx2
+def test_bad_use_is_typed():
+    q = raw("Q8_0", np.ones((8, 64), np.float32))
+    with pytest.raises(errors.ShapeError):
+        lmtail.ops.matvec(q, np.ones(63, np.float32), "Q8_0", precision="ggml")
+    with pytest.raises(errors.DTypeError):
+        lmtail.ops.matvec(q, np.ones(64, np.float64), "Q8_0", precision="ggml")
+    with pytest.raises(errors.ShapeError):
+        lmtail.ops.matvec(q[:, :33], np.ones(32, np.float32), "Q8_0", precision="ggml")
+    with pytest.raises(lmtail.ParameterError):
+        lmtail.ops.matvec(q, np.ones(64, np.float32), "Q8_0", precision="ggml2")
