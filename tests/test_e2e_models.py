@@ -381,7 +381,7 @@ def test_generation_loop_with_lmtail_head(models, name, t):
 
 
 # ---- precision="ggml": llama.cpp's logits bit for bit from its own hidden states -------------------
-GGML_EXACT_TYPES = ("Q4_K", "Q5_K", "Q6_K")  # extend as types gain precision="ggml"
+GGML_EXACT_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q8_0", "Q4_0", "F16", "BF16", "F32")  # every type with precision="ggml"
 
 
 @pytest.mark.parametrize("name,t", [p for p in _params() if p.values[1] in GGML_EXACT_TYPES])
