@@ -69,7 +69,8 @@ bool type_supported(WeightType type) { return cpu_type(type) != nullptr; }
 
 uint32_t type_precisions(WeightType type) {
     const CpuTypeImpl *t = cpu_type(type);
-    return t ? t->precisions : 0u;
+    if (!t) return 0u;
+    return ggml_native_build_reproduced() ? t->precisions : t->precisions & ~precision_bit(Precision::Ggml);
 }
 
 Precision default_precision(WeightType type) { return require_type(type, "default_precision").default_precision; }

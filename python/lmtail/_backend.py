@@ -195,8 +195,12 @@ def precision(value, t: TypeInfo, backend: str) -> str:
         raise ParameterError(f"precision: expected {', '.join(map(repr, PRECISION_NAMES))} or None; found {value!r}")
     if value not in allowed:
         runs = _where(lambda r: value in r.matvec.get(t.name, ()))
+        why = ""
+        if value == "ggml" and backend == "cpu":
+            why = ("; precision='ggml' reproduces ggml's x86 AVX2 build, so it is offered on an AVX2 CPU without "
+                   "AVX-512 (where a native llama.cpp is that build; on an AVX-512 CPU it takes other code)")
         raise UnsupportedError(f"precision {value!r} is not run for {t.name} on the {backend} backend (it has: "
-                               f"{', '.join(allowed)}); backends that run {t.name} at {value}: {runs}")
+                               f"{', '.join(allowed)}); backends that run {t.name} at {value}: {runs}{why}")
     return value
 
 

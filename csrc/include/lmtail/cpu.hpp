@@ -87,6 +87,7 @@ const char *precision_name(Precision p);
 // True when the CPU backend runs `type` (any precision).
 bool type_supported(WeightType type);
 // Bit (1 << (int)p) set for every precision the CPU matvec runs for `type`; 0 if unsupported.
+// Ggml only where ggml's native build on this CPU is one lmtail reproduces (cpu/ggml/ggml_isa.hpp).
 uint32_t type_precisions(WeightType type);
 // The precision `Precision::Default` means for `type` (the accurate fast path: normwise error
 // <= 1e-6 against float64). Throws UnsupportedError for a type the CPU does not run.
