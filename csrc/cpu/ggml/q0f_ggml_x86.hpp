@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/types/types.hpp"
 #include "lmtail/blocks/q8_0.h"
 
 namespace lmt::cpu::ggml_x86 {
@@ -97,6 +98,25 @@ struct Q8_0Acts {
         }
     }
 };
+
+// The row loop of the Q8_0 / Q4_0 dot-product routes: rows in tasks of 64, four weight rows a
+// call of dot4(rows[4], x blocks, x scales, nb, out[4]) per activation row (a short last group
+// repeats its last row; only its own outputs are stored).
+template <typename MatvecCallT, typename Dot4>
+inline void for_rows_by_4(const MatvecCallT &c, const Q8_0Acts &xa, int64_t nb, Dot4 &&dot4) {
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; r += 4) {
+            const int n = (int)std::min<int64_t>(4, r1 - r);
+            const uint8_t *wr[4];
+            for (int k = 0; k < 4; ++k) wr[k] = c.w + (size_t)(r + std::min(k, n - 1)) * c.row_stride;
+            for (int64_t t = 0; t < c.T; ++t) {
+                float out[4];
+                dot4(wr, &xa.q[(size_t)(t * nb)], &xa.d[(size_t)(t * nb)], nb, out);
+                for (int k = 0; k < n; ++k) c.logits[t * c.rows + r + k] = out[k];
+            }
+        }
+    });
+}
 
 // ggml_cpu_fp32_to_fp16 with F16C (cvtps_ph, round to nearest even, 8 / 4 / 1 at a time: the
 // same instruction semantics), returned widened back to f32 (exact): the values vec_dot_f16 and

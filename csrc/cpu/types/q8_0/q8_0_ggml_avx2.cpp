@@ -39,17 +39,8 @@ inline void rows_dot(const uint8_t *const *wr, const lmt_block_q8_0 *xq, const f
 void q8_0_matvec_ggml_avx2(const MatvecCall &c) {
     const int64_t nb = c.cols / 32;
     const Q8_0Acts xa(c.x, c.T, c.cols);
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; r += 4) {
-            const int n = (int)std::min<int64_t>(4, r1 - r);
-            const uint8_t *wr[4];
-            for (int k = 0; k < 4; ++k) wr[k] = c.w + (size_t)(r + std::min(k, n - 1)) * c.row_stride;
-            for (int64_t t = 0; t < c.T; ++t) {
-                float out[4];
-                rows_dot<4>(wr, &xa.q[(size_t)(t * nb)], &xa.d[(size_t)(t * nb)], nb, out);
-                for (int k = 0; k < n; ++k) c.logits[t * c.rows + r + k] = out[k];
-            }
-        }
+    for_rows_by_4(c, xa, nb, [](const uint8_t *const *wr, const lmt_block_q8_0 *q, const float *d, int64_t n, float *out) {
+        rows_dot<4>(wr, q, d, n, out);
     });
 }
 
