@@ -23,7 +23,8 @@ bool isa_available(Isa isa) {
         case Isa::Avx512:
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                   __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+                   __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("f16c");
 #endif
 #if defined(LMTAIL_HAVE_NEON)
         case Isa::Neon:
