@@ -8,6 +8,14 @@
 
 namespace lmt::cuda {
 
+namespace {
+// A copy on the head's stream that the host can rely on when it returns.
+void copy_sync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    LMT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+    LMT_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+}  // namespace
+
 bool device_available() {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -56,60 +64,83 @@ void DeviceHead::ensure_tokens(int T) {
     top_k_cap_ = 0;  // top-k scratch is sized per (T, k) on demand
 }
 
-bool DeviceHead::run_tail(const float *hidden, int T, bool check_latch) {
+bool DeviceHead::run_tail(const float *hidden, int T, bool check_latch, bool on_device) {
     ensure_tokens(T);
-    LMT_CUDA_CHECK(cudaMemcpy(hidden_, hidden, (size_t)T * cols_ * 4, cudaMemcpyHostToDevice));
+    const cudaStream_t s = static_cast<cudaStream_t>(stream_);
     const float *x = hidden_;
+    if (on_device && reinterpret_cast<uintptr_t>(hidden) % 16 == 0) {
+        x = hidden;  // the caller's device rows, read in place
+    } else {
+        LMT_CUDA_CHECK(cudaMemcpyAsync(hidden_, hidden, (size_t)T * cols_ * 4,
+                                       on_device ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, s));
+    }
     if (norm_kind_ == 1) {
-        launch_rms_norm(hidden_, gamma_, normed_, T, cols_, eps_, 0);
+        launch_rms_norm(x, gamma_, normed_, T, cols_, eps_, s);
         x = normed_;
     }
-    launch_mul_mv(type_, w_, row_stride_, rows_, cols_, x, T, logits_, 0);
+    launch_mul_mv(type_, w_, row_stride_, rows_, cols_, x, T, logits_, s);
     if (!check_latch) {  // route B: greedy() checks, caps and reduces
         capped_ = false;
         return true;
     }
     // Pre-cap finite check (tanh would turn +Inf into a finite cap): the greedy reduction's latch,
     // 4 bytes per row back (counted: routes A and C pay it on top of their payload).
-    launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, 0);
-    LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
+    launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, s);
+    copy_sync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s);
     bytes_back_ += (uint64_t)T * 4;
     for (int t = 0; t < T; ++t)
         if (host_out_[t] == LMT_ARGMAX_INVALID) return false;
-    launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, 0);
+    launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, s);
     capped_ = true;
     return true;
 }
 
 void DeviceHead::read_logits(float *out, int T) {
-    LMT_CUDA_CHECK(cudaMemcpy(out, logits_, (size_t)T * rows_ * 4, cudaMemcpyDeviceToHost));
+    copy_sync(out, logits_, (size_t)T * rows_ * 4, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_));
     bytes_back_ += (uint64_t)T * rows_ * 4;
+}
+
+void DeviceHead::copy_logits_device(float *dst, int T) {
+    // Device to device: nothing crosses to the host, so bytes_read_back is unchanged.
+    copy_sync(dst, logits_, (size_t)T * rows_ * 4, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream_));
+}
+
+bool DeviceHead::stored_logits_finite(int T) {
+    const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+    launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, s);
+    copy_sync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s);
+    bytes_back_ += (uint64_t)T * 4;
+    for (int t = 0; t < T; ++t)
+        if (host_out_[t] == LMT_ARGMAX_INVALID) return false;
+    return true;
 }
 
 void DeviceHead::read_row(int t, float *out) {
     if (t < 0 || t >= max_tokens_) throw std::out_of_range("read_row: row " + std::to_string(t) + " not computed");
-    LMT_CUDA_CHECK(cudaMemcpy(out, logits_ + (size_t)t * rows_, (size_t)rows_ * 4, cudaMemcpyDeviceToHost));
+    copy_sync(out, logits_ + (size_t)t * rows_, (size_t)rows_ * 4, cudaMemcpyDeviceToHost,
+              static_cast<cudaStream_t>(stream_));
     bytes_back_ += (uint64_t)rows_ * 4;
 }
 
 void DeviceHead::greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t *out) {
+    const cudaStream_t s = static_cast<cudaStream_t>(stream_);
     const uint32_t *mask = nullptr;
     if (!excl_mask.empty()) {
-        LMT_CUDA_CHECK(cudaMemcpy(mask_, excl_mask.data(), excl_mask.size() * 4, cudaMemcpyHostToDevice));
+        LMT_CUDA_CHECK(cudaMemcpyAsync(mask_, excl_mask.data(), excl_mask.size() * 4, cudaMemcpyHostToDevice, s));
         mask = mask_;
     }
     if (!capped_) {
         // After run_tail(check_latch = false): one kernel checks the pre-cap logits (latch), caps
         // in registers and reduces; then the stored logits are capped for a later read_row.
         if (cap_ > 0.0f && T <= 1024) {
-            launch_greedy_softcap_argmax(logits_, T, rows_, scale_, cap_, mask, keys_, bad_, out_, 0);
-            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, 0);
+            launch_greedy_softcap_argmax(logits_, T, rows_, scale_, cap_, mask, keys_, bad_, out_, s);
+            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, s);
         } else {
             // No cap (scale only; an overflow to inf is still latched) or too many rows for the
             // one-launch kernel: cap first, then the latching reduction.
             if (cap_ > 0.0f) {
-                launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, 0);
-                LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
+                launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, s);
+                copy_sync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s);
                 bytes_back_ += (uint64_t)T * 4;
                 bool bad = false;
                 for (int t = 0; t < T; ++t) bad |= host_out_[t] == LMT_ARGMAX_INVALID;
@@ -118,19 +149,20 @@ void DeviceHead::greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t 
                     return;
                 }
             }
-            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, 0);
-            launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, 0);
+            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, s);
+            launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, s);
         }
         capped_ = true;
     } else {
-        launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, 0);
+        launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, s);
     }
-    LMT_CUDA_CHECK(cudaMemcpy(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost));
+    copy_sync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s);
     std::copy(host_out_, host_out_ + T, out);
     bytes_back_ += (uint64_t)T * 4;
 }
 
 void DeviceHead::topk(int T, int k, uint32_t *ids, float *vals) {
+    const cudaStream_t s = static_cast<cudaStream_t>(stream_);
     const size_t need = topk_scratch_elems(T, rows_, k);
     if (need > top_scratch_elems_ || k * T > top_k_cap_) {
         if (top_scratch_) cudaFree(top_scratch_);
@@ -142,9 +174,9 @@ void DeviceHead::topk(int T, int k, uint32_t *ids, float *vals) {
         top_scratch_elems_ = need;
         top_k_cap_ = k * T;
     }
-    launch_topk_rows(logits_, T, rows_, k, top_scratch_, ids_, vals_, 0);
-    LMT_CUDA_CHECK(cudaMemcpy(ids, ids_, (size_t)T * k * 4, cudaMemcpyDeviceToHost));
-    LMT_CUDA_CHECK(cudaMemcpy(vals, vals_, (size_t)T * k * 4, cudaMemcpyDeviceToHost));
+    launch_topk_rows(logits_, T, rows_, k, top_scratch_, ids_, vals_, s);
+    LMT_CUDA_CHECK(cudaMemcpyAsync(ids, ids_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s));
+    copy_sync(vals, vals_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
     bytes_back_ += (uint64_t)T * k * 8;
 }
 

@@ -22,13 +22,22 @@ class DeviceHead {
 
     int rows() const { return rows_; }
     int cols() const { return cols_; }
-    // Runs the tail on T hidden rows (host pointer). Returns false if a pre-cap logit was
-    // non-finite (nothing is read back then).
+    // Runs the tail on T hidden rows (a host pointer, or with on_device a device pointer: read
+    // in place when 16-byte aligned, else copied device to device). Returns false if a pre-cap
+    // logit was non-finite (nothing is read back then).
     // check_latch = false (route B): skip the pre-cap latch read-back and the cap; greedy() then
     // checks, caps and reduces in one kernel, so the route reads back only its 4 bytes per row.
-    bool run_tail(const float *hidden, int T, bool check_latch = true);
+    bool run_tail(const float *hidden, int T, bool check_latch = true, bool on_device = false);
+    // The stream (a cudaStream_t; nullptr: the legacy default stream) every later call enqueues
+    // its kernels and copies on; each call returns once its results are complete.
+    void set_stream(void *stream) { stream_ = stream; }
     // Route A: copy the T x rows capped logits to host memory.
     void read_logits(float *out, int T);
+    // Route A into device memory: the T x rows capped logits to `dst` (device to device).
+    void copy_logits_device(float *dst, int T);
+    // The latch over the stored (capped) logits: false if any is non-finite (a scale that
+    // overflows float32 turns a finite logit into inf). 4 bytes per row back.
+    bool stored_logits_finite(int T);
     // One whole row t of the last tail (the top-k route's fallback): rows_ floats.
     void read_row(int t, float *out);
     // Route B: greedy ids (LMT_ARGMAX_INVALID on a non-finite row), exclusion bitmask (or empty).
@@ -39,6 +48,7 @@ class DeviceHead {
 
   private:
     void ensure_tokens(int T);
+    void *stream_ = nullptr;
     int type_, rows_, cols_, norm_kind_, max_tokens_ = 0;
     size_t row_stride_;
     float eps_, scale_, cap_;

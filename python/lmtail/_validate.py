@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from .errors import DTypeError, ParameterError, ShapeError, UnsupportedError
+from .errors import DTypeError, LmtailError, ParameterError, ShapeError, UnsupportedError
 
 
 
@@ -24,6 +24,86 @@ def dlpack_device(x) -> tuple[str, int]:
     dev = x.__dlpack_device__()
     kind, idx = int(dev[0]), int(dev[1])
     return _DL_DEVICES.get(kind, f"dlpack device type {kind}"), idx
+
+
+def is_cuda_tensor(x) -> bool:
+    """True for an object in CUDA device memory: ``__cuda_array_interface__``, or ``__dlpack__``
+    whose device is CUDA (or CUDA managed) memory. numpy arrays and host tensors are not."""
+    if isinstance(x, np.ndarray):
+        return False
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        try:
+            return int(x.__dlpack_device__()[0]) in (2, 13)
+        except Exception:  # noqa: BLE001 - a broken producer is reported by the path that reads it
+            return False
+    return False
+
+
+def stream_arg(stream) -> int:
+    """A CUDA stream argument as its cudaStream_t handle: None or 0 (the legacy default stream),
+    an int handle, or an object carrying one (PyTorch's ``cuda_stream``, CuPy's ``ptr``)."""
+    if stream is None:
+        return 0
+    for attr in ("cuda_stream", "ptr"):
+        if not isinstance(stream, numbers.Integral) and hasattr(stream, attr):
+            stream = getattr(stream, attr)
+            break
+    if isinstance(stream, bool) or not isinstance(stream, numbers.Integral) or int(stream) < 0:
+        raise ParameterError(f"stream: expected None, a cudaStream_t handle (int) or a stream object with "
+                             f"cuda_stream / ptr; found {stream!r}")
+    return int(stream)
+
+
+class CudaTensor:
+    """A validated CUDA tensor argument: ``ptr`` to C-contiguous float32 data of ``shape``;
+    ``keep`` holds the producer's DLPack capsule while lmtail uses the pointer."""
+
+    __slots__ = ("ptr", "shape", "keep", "readonly")
+
+    def __init__(self, ptr: int, shape: tuple, keep, readonly: bool) -> None:
+        self.ptr, self.shape, self.keep, self.readonly = ptr, shape, keep, readonly
+
+
+def cuda_tensor(x, name: str, impl, stream: int = 0, ndims=(1, 2), writable: bool = False) -> CudaTensor:
+    """Check a CUDA tensor (``__cuda_array_interface__`` or ``__dlpack__``) as strictly as a host
+    array: float32 (a float64 tensor is a DTypeError, as on the host), ``ndims`` dimensions,
+    non-empty, C-contiguous (a strided view is a ShapeError: lmtail never copies it silently), on
+    the current CUDA device (another device: UnsupportedError). Its producer's work is ordered
+    before ``stream``."""
+    try:
+        info = impl.tensor_info(x, stream)
+    except LmtailError:
+        raise  # the core's own typed refusal (e.g. a pointer that is not device memory)
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise DTypeError(f"{name}: the {type(x).__name__} could not be read as a CUDA tensor ({e})") from None
+    ts = info["typestr"]
+    if ts not in ("<f4", "=f4"):
+        found = {"<f8": "float64", "<f2": "float16", "<i4": "int32", "<u4": "uint32", "|u1": "uint8",
+                 "<i8": "int64", "bfloat16": "bfloat16"}.get(ts, ts)
+        raise DTypeError(f"{name}: expected a float32 CUDA tensor; found {found} (convert explicitly)")
+    shape = tuple(int(d) for d in info["shape"])
+    if len(shape) not in ndims:
+        raise ShapeError(f"{name}: expected {' or '.join(f'{d}-D' for d in ndims)}; found shape {shape}")
+    if 0 in shape:
+        raise ShapeError(f"{name}: expected a non-empty tensor; found shape {shape}")
+    strides = info["strides"]
+    if strides is not None:
+        want, acc = [], 4
+        for d in reversed(shape):
+            want.append(acc)
+            acc *= d
+        want = tuple(reversed(want))
+        if any(s != w for s, w, d in zip(strides, want, shape) if d > 1):
+            raise ShapeError(f"{name}: expected a C-contiguous CUDA tensor; found strides {tuple(strides)} (bytes) for "
+                             f"shape {shape} (call .contiguous() / cupy.ascontiguousarray first)")
+    dev, cur = int(info["device"]), int(impl.current_device())
+    if dev != cur:
+        raise UnsupportedError(f"{name}: a tensor on cuda:{dev}; this backend runs on cuda:{cur} (the current device)")
+    if writable and info["readonly"]:
+        raise ParameterError(f"{name}: the CUDA tensor is read-only")
+    return CudaTensor(int(info["ptr"]), shape, info["keep"], bool(info["readonly"]))
 
 
 def host_array(x, name: str) -> np.ndarray:

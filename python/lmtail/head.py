@@ -10,7 +10,8 @@ from typing import Optional
 import numpy as np
 
 from . import _backend, _core
-from ._validate import finite_float, float32_array, threads_arg, token_ids, weight_array
+from ._validate import (CudaTensor, cuda_tensor, finite_float, float32_array, is_cuda_tensor, stream_arg, threads_arg,
+                        token_ids, weight_array)
 from .errors import DTypeError, NonFiniteLogitsError, ParameterError, ResourceError, ShapeError, UnsupportedError
 from .ops import check_greedy
 
@@ -325,6 +326,12 @@ class Head:
         return self._tls.last_bytes
 
     # ---- buffers ----
+    def _stream(self, stream) -> int:
+        s = stream_arg(stream)
+        if s and self._device is None:
+            raise UnsupportedError(f"stream: the {self._backend} backend takes no CUDA stream")
+        return s
+
     def _staging_rows(self, T: int) -> np.ndarray:
         # On the device backend the staging rows are page-locked: route A's whole-row copy lands
         # there by DMA (then is copied to the caller's array only after the checks pass).
@@ -364,7 +371,15 @@ class Head:
         with self._count_lock:
             self._bytes_total += int(nbytes)
 
-    def _hidden(self, hidden) -> np.ndarray:
+    def _hidden(self, hidden, stream: int = 0):
+        if self._device is not None and is_cuda_tensor(hidden):
+            # A CUDA tensor goes to the kernels as it is (no host round trip). Its values are not
+            # scanned on the host: a non-finite hidden value reaches the pre-cap latch instead.
+            ct = cuda_tensor(hidden, "hidden", self._impl, stream)
+            if ct.shape[-1] != self._cols:
+                raise ShapeError(f"hidden: expected rows of length {self._cols}; found shape {ct.shape}")
+            ct.shape = (1 if len(ct.shape) == 1 else ct.shape[0], self._cols)
+            return ct
         h = float32_array(hidden, "hidden")
         if h.shape[-1] != self._cols:
             raise ShapeError(f"hidden: expected rows of length {self._cols}; found shape {h.shape}")
@@ -388,13 +403,17 @@ class Head:
         return out
 
     # ---- the non-CPU paths (metal-emu, metal, cuda): the ops one by one ----
-    def _device_tail(self, st: _ThreadState, h2: np.ndarray, check_latch: bool = True) -> None:
+    def _device_tail(self, st: _ThreadState, h2, check_latch: bool = True) -> None:
         t0 = time.perf_counter()
         st.computed_T = 0
         self._device_gen += 1
-        if not self._device.run_tail(h2, check_latch):
-            raise NonFiniteLogitsError(_norm_overflow(h2) if self._norm is not None and _norm_overflow(h2)
-                                       else "logits before the soft cap: non-finite value (device latch)")
+        if isinstance(h2, CudaTensor):
+            ok = self._device.run_tail_device(h2.ptr, h2.shape[0], check_latch)
+        else:
+            ok = self._device.run_tail(h2, check_latch)
+        if not ok:
+            why = _norm_overflow(h2) if self._norm is not None and not isinstance(h2, CudaTensor) else None
+            raise NonFiniteLogitsError(why or "logits before the soft cap: non-finite value (device latch)")
         st.computed_T = h2.shape[0]
         st.device_gen = self._device_gen
         st.timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
@@ -441,7 +460,8 @@ class Head:
             st.timings["select"] = t[3]
 
     # ---- the tail ----
-    def logits(self, hidden: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    def logits(self, hidden: np.ndarray, out: Optional[np.ndarray] = None, *, device: bool = False,
+               stream=None):
         """(T, rows) float32 capped logits for hidden (cols,) or (T, cols).
 
         Returns a fresh array the caller owns (nothing another call or thread can refill), or,
@@ -449,9 +469,23 @@ class Head:
         T = 1), fills and returns ``out``: the zero-allocation form. ``out`` is written only after
         every check passed: on failure it is left untouched. Counts ``4 * rows * T`` bytes read
         back (plus the device's pre-cap latch on cuda). ``row(t)`` afterwards gives the same rows.
+
+        On ``cuda``: ``hidden`` may be a CUDA tensor (``__cuda_array_interface__`` or
+        ``__dlpack__``: PyTorch, CuPy, ...; float32, C-contiguous, on the current device), read by
+        the kernels in place; ``device=True`` returns the logits as a fresh
+        ``lmtail._core.cuda.DeviceArray`` (``torch.from_dlpack`` / ``cupy.from_dlpack`` take it),
+        and ``out=`` may be a writable CUDA tensor of shape (T, rows): nothing but the 4-byte
+        latch per row crosses to the host then. ``stream`` (a ``cudaStream_t`` handle or a
+        PyTorch / CuPy stream) orders the tail after the caller's work on that stream; the call
+        returns when the logits are complete.
         """
-        h2 = self._hidden(hidden)
+        s = self._stream(stream)
+        if device and self._device is None:
+            raise UnsupportedError(f"logits(device=True): the {self._backend} backend returns host arrays")
+        h2 = self._hidden(hidden, s)
         T = h2.shape[0]
+        if self._device is not None and (device or is_cuda_tensor(out)):
+            return self._logits_on_device(h2, T, out, s)
         res = self._out(out, T)
         res2 = res.reshape(T, self._rows)
         if self._cpu is not None:
@@ -463,6 +497,8 @@ class Head:
             self._count(st, 4 * self._rows * T)
             return res
         with self._lock:
+            if self._device is not None:
+                self._device.set_stream(s)
             st = self._state(T)
             before = self._device.bytes_read_back if self._device is not None else 0
             staged = self._ops_tail(st, h2)
@@ -470,14 +506,45 @@ class Head:
             self._count(st, self._device.bytes_read_back - before if self._device is not None else 4 * self._rows * T)
             return res
 
-    def greedy(self, hidden: np.ndarray, exclude=None) -> np.ndarray:
+    def _logits_on_device(self, h2, T: int, out, s: int):
+        dst = None
+        if out is not None:
+            dst = cuda_tensor(out, "out", self._impl, s, writable=True)
+            if dst.shape != (T, self._rows) and not (T == 1 and dst.shape == (self._rows,)):
+                raise ShapeError(f"out: expected shape ({T}, {self._rows}); found {dst.shape}")
+        with self._lock:
+            self._device.set_stream(s)
+            st = self._state(T)
+            before = self._device.bytes_read_back
+            self._ops_tail_device(st, h2)
+            if dst is not None:
+                self._device.copy_logits_to(dst.ptr, T)
+                res = out
+            else:
+                res = self._device.logits_device(T)
+            self._count(st, self._device.bytes_read_back - before)
+            return res
+
+    def _ops_tail_device(self, st: _ThreadState, h2) -> None:
+        """The device tail with its logits left on the device; fail closed on the capped logits
+        with the latch (4 bytes per row) instead of reading them back."""
+        T = h2.shape[0]
+        self._device_tail(st, h2)
+        st.computed_T = 0
+        if not self._device.stored_logits_finite(T):
+            raise NonFiniteLogitsError("logits after scale/soft cap: non-finite value (device latch)")
+        st.computed_T = T
+
+    def greedy(self, hidden: np.ndarray, exclude=None, *, stream=None) -> np.ndarray:
         """Greedy token per row (a fresh uint32 (T,) array): the whole tail plus the fail-closed argmax.
 
         ``exclude`` (a collection of token ids, e.g. ``head.eog_ids`` for ignore-eos) is masked
         inside the reduction only; excluding every id raises :class:`lmtail.ParameterError`.
-        Counts 4 bytes per row read back.
+        Counts 4 bytes per row read back. On ``cuda``, ``hidden`` may be a CUDA tensor and
+        ``stream`` the caller's stream (see :meth:`logits`).
         """
-        h2 = self._hidden(hidden)
+        s = self._stream(stream)
+        h2 = self._hidden(hidden, s)
         excl = token_ids(exclude, self._rows, "exclude")
         if excl.size >= self._rows:
             raise ParameterError(f"exclude: excludes all {self._rows} token ids; nothing left to choose")
@@ -494,6 +561,7 @@ class Head:
         with self._lock:
             st = self._state(T)
             if self._device is not None:  # route B: 4 bytes per row leave the device
+                self._device.set_stream(s)
                 before = self._device.bytes_read_back
                 # no separate pre-cap latch read: the greedy kernel latches, caps and reduces
                 self._device_tail(st, h2, check_latch=False)
@@ -503,7 +571,7 @@ class Head:
                 self._count(st, self._device.bytes_read_back - before)
                 if np.any(out == 0xFFFFFFFF):
                     st.computed_T = 0  # the stored logits hold a non-finite value
-                    why = _norm_overflow(h2) if self._norm is not None else None
+                    why = _norm_overflow(h2) if self._norm is not None and not isinstance(h2, CudaTensor) else None
                     if why:
                         raise NonFiniteLogitsError(why)
                 check_greedy(out, self._rows, excl.size)
@@ -516,11 +584,13 @@ class Head:
             self._count(st, 4 * out.size)
             return out
 
-    def topk(self, hidden: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def topk(self, hidden: np.ndarray, k: int, *, stream=None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k candidates per row: fresh (ids uint32 (T, k), values float32 (T, k)) arrays in
         canonical order (value descending, id ascending among equal values). Counts 8 bytes per
-        candidate read back."""
-        h2 = self._hidden(hidden)
+        candidate read back. On ``cuda``, ``hidden`` may be a CUDA tensor and ``stream`` the
+        caller's stream (see :meth:`logits`)."""
+        s = self._stream(stream)
+        h2 = self._hidden(hidden, s)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self._rows:
             raise ParameterError(f"k: expected an integer in [1, {self._rows}]; found {k!r}")
         T = h2.shape[0]
@@ -537,6 +607,7 @@ class Head:
         with self._lock:
             st = self._state(T)
             if self._device is not None:  # route C: k candidates per row leave the device
+                self._device.set_stream(s)
                 before = self._device.bytes_read_back
                 self._device_tail(st, h2)
                 t0 = time.perf_counter()
@@ -577,6 +648,7 @@ class Head:
                 if st.device_gen != self._device_gen:
                     raise ParameterError("row: another thread's call has replaced this thread's logits on the "
                                          "device since its last compute; compute them again")
+                self._device.set_stream(0)  # the caller's stream of the compute may be gone by now
                 self._device.read_row(t, out)
             if not np.isfinite(out).all():
                 raise NonFiniteLogitsError(f"row {t}: non-finite logit at {_first_nonfinite(out)}")

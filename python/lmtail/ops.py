@@ -27,7 +27,7 @@ from typing import Optional, Union
 import numpy as np
 
 from . import _backend, _core
-from ._validate import finite_float, float32_array, threads_arg, token_ids, weight_array
+from ._validate import cuda_tensor, finite_float, float32_array, is_cuda_tensor, threads_arg, token_ids, weight_array
 from .errors import NonFiniteLogitsError, ParameterError, ShapeError
 
 __all__ = ["rms_norm", "layer_norm", "matvec", "matvec_q5_k", "default_precision", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk"]
@@ -117,7 +117,10 @@ def matvec(
     F16 also as float16 (rows, cols), BF16 as uint16 (rows, cols), F32 as float32 (rows, cols)
     (viewed as their bytes, no copy). cols must be a multiple of the type's block (32 for
     Q8_0/Q4_0, 256 for the K types, 1 for the floats). ``x``: (cols,) or (T, cols) float32.
-    Returns (rows,) or (T, rows) float32; the weights are read once for all T rows.
+    Returns (rows,) or (T, rows) float32; the weights are read once for all T rows. On
+    ``backend="cuda"`` ``x`` may be a CUDA tensor (``__cuda_array_interface__`` / ``__dlpack__``,
+    float32, C-contiguous): it is read on the device and the result is a
+    ``lmtail._core.cuda.DeviceArray`` (DLPack / CUDA array interface).
 
     ``precision``: the activation precision (``lmtail.capabilities()[backend]["matvec"]["by_dtype"]``
     lists what each type runs; None is that type's default there, whose normwise error against
@@ -146,6 +149,13 @@ def matvec(
     impl = _backend.get(backend)
     prec = _backend.precision(precision, t, backend)
     w, rows, cols = weight_array(weight, t, "weight")
+    if backend == "cuda" and is_cuda_tensor(x):
+        # A CUDA tensor stays on the device: read in place, the result a DeviceArray.
+        ct = cuda_tensor(x, "x", impl)
+        if ct.shape[-1] != cols:
+            raise ShapeError(f"x: expected rows of length {cols} (the {t.name} weight's cols); found {ct.shape}")
+        _backend.cuda_check_cols(t, cols)
+        return impl.matvec_device(w, t.id, cols, ct.ptr, 1 if len(ct.shape) == 1 else ct.shape[0], len(ct.shape) == 1)
     x = float32_array(x, "x")
     if x.shape[-1] != cols:
         raise ShapeError(f"x: expected rows of length {cols} (the {t.name} weight's cols); found {x.shape}")
