@@ -252,3 +252,46 @@ def test_cupy_arrays():
     assert np.array_equal(bits(cp.asnumpy(out)), bits(head.logits(h)))
     with pytest.raises(ShapeError, match="C-contiguous"):
         head.greedy(cp.asarray(np.repeat(h, 2, axis=1))[:, ::2])
+
+
+@cuda
+def test_apply_bitmask_on_device_logits():
+    from lmtail.grammar import apply_bitmask
+    from lmtail.grammar.bitmask import bitmask_words
+
+    rng = np.random.default_rng(21)
+    B, V = 3, 1000
+    x = rng.standard_normal((B, V)).astype(np.float32)
+    allowed = rng.random((B, V)) < 0.3
+    words = np.packbits(allowed, axis=1, bitorder="little")
+    m = np.zeros((B, bitmask_words(V) * 4), np.uint8)
+    m[:, : words.shape[1]] = words
+    m = m.view(np.int32)
+    ref = x.copy()
+    apply_bitmask(ref, m)
+    for mask in (m, _dev(m)):  # host mask (uploaded) and device mask
+        d = _dev(x)
+        apply_bitmask(d, mask)
+        assert np.array_equal(bits(d.numpy()), bits(ref))
+    d1 = _dev(x[1])
+    apply_bitmask(d1, m[1])
+    assert np.array_equal(bits(d1.numpy()), bits(ref[1]))
+    with pytest.raises(ShapeError, match="bitmask"):
+        apply_bitmask(_dev(x), m[:2])
+    with pytest.raises(DTypeError, match="int32"):
+        apply_bitmask(_dev(x), _dev(m.view(np.uint32)))
+    with pytest.raises(DTypeError, match="float32"):
+        apply_bitmask(_dev(m), m)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the refusal where the cuda backend is absent")
+def test_apply_bitmask_refuses_cuda_logits_without_the_backend():
+    from lmtail.grammar import apply_bitmask
+
+    class OnCuda:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (1 << 20, False), "version": 3}
+
+    with pytest.raises(UnsupportedError, match="cuda backend"):
+        apply_bitmask(OnCuda(), np.zeros(1, np.int32))
+    with pytest.raises(UnsupportedError, match="stream"):
+        apply_bitmask(np.zeros(4, np.float32), np.zeros(1, np.int32), stream=3)

@@ -380,6 +380,25 @@ void bind_cuda(py::module_ &m) {
         check(cudaDeviceSynchronize());
         return out;
     }, py::arg("w"), py::arg("type"), py::arg("cols"), py::arg("x"), py::arg("T"), py::arg("flat") = false);
+    // Grammar masks on device logits (pointers checked by lmtail.grammar.apply_bitmask): the
+    // mask is device memory (mask_ptr) or a host int32 array uploaded first (rows x W words).
+    sub.def("apply_bitmask_device", [](uint64_t xptr, int64_t rows, int64_t V, uint64_t mask_ptr,
+                                       const py::object &host_mask, uint64_t stream) {
+        const int64_t W = (V + 31) / 32;
+        DevBuf dm(mask_ptr ? 0 : rows * W * 4);
+        const int32_t *m = reinterpret_cast<const int32_t *>(mask_ptr);
+        const cudaStream_t s = as_stream(stream);
+        if (!mask_ptr) {
+            const py::array a = host_mask.cast<py::array>();
+            if (a.size() != rows * W || !(a.flags() & py::array::c_style))
+                throw lmt::ArgumentError("apply_bitmask_device: host mask must be C-contiguous rows x W int32");
+            check(cudaMemcpyAsync(dm.p, a.data(), rows * W * 4, cudaMemcpyHostToDevice, s));
+            m = dm.as<int32_t>();
+        }
+        lmt::cuda::launch_apply_bitmask(reinterpret_cast<float *>(xptr), m, (int)rows, V, s);
+        check(cudaStreamSynchronize(s));  // dm and the caller's views may go when this returns
+    }, py::arg("logits"), py::arg("rows"), py::arg("V"), py::arg("mask_ptr"), py::arg("host_mask"),
+       py::arg("stream") = 0);
     sub.def("scale", [](py::array &x, float s, int) { unary(x, s, 0.0f, 0); }, py::arg("x"), py::arg("s"),
             py::arg("threads") = 0);
     sub.def("tanh", [](py::array &x, int) {

@@ -21,6 +21,8 @@ void launch_mul_mv(int type, const uint8_t *w, size_t row_stride, int rows, int 
                    cudaStream_t stream);
 void launch_tanh(float *x, int64_t n, cudaStream_t stream);
 void launch_softcap(float *x, int64_t n, float s, float cap, bool four_pass, cudaStream_t stream);
+// x (rows x V): -inf where the row's int32 bitmask (rows x ceil(V / 32), device memory) is clear.
+void launch_apply_bitmask(float *x, const int32_t *mask, int rows, int64_t V, cudaStream_t stream);
 // Scratch: part_key and part_bad hold rows * ceil(n / 1024) entries each.
 void launch_argmax_rows(const float *x, int rows, int n, bool greedy, const uint32_t *excl_mask, uint64_t *part_key,
                         uint32_t *part_bad, uint32_t *out, cudaStream_t stream);

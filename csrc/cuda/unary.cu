@@ -41,4 +41,18 @@ void launch_softcap(float *x, int64_t n, float s, float cap, bool four_pass, cud
     LMT_CUDA_CHECK(cudaGetLastError());
 }
 
+// Grammar masks (XGrammar's int32 layout): logit i of row r becomes -inf where bit i % 32 of
+// word i / 32 of mask row r is clear. One thread per logit; bits past V are never read.
+__global__ void apply_bitmask_kernel(float *x, const int32_t *mask, int64_t V, int W) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t r = blockIdx.y;
+    if (i < V && !(((uint32_t)mask[r * W + (i >> 5)] >> (i & 31)) & 1u)) x[r * V + i] = -INFINITY;
+}
+
+void launch_apply_bitmask(float *x, const int32_t *mask, int rows, int64_t V, cudaStream_t stream) {
+    const int W = (int)((V + 31) / 32);
+    apply_bitmask_kernel<<<dim3((unsigned)((V + 255) / 256), (unsigned)rows), 256, 0, stream>>>(x, mask, V, W);
+    LMT_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace lmt::cuda

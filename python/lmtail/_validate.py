@@ -66,7 +66,8 @@ class CudaTensor:
         self.ptr, self.shape, self.keep, self.readonly = ptr, shape, keep, readonly
 
 
-def cuda_tensor(x, name: str, impl, stream: int = 0, ndims=(1, 2), writable: bool = False) -> CudaTensor:
+def cuda_tensor(x, name: str, impl, stream: int = 0, ndims=(1, 2), writable: bool = False,
+                dtype: str = "float32") -> CudaTensor:
     """Check a CUDA tensor (``__cuda_array_interface__`` or ``__dlpack__``) as strictly as a host
     array: float32 (a float64 tensor is a DTypeError, as on the host), ``ndims`` dimensions,
     non-empty, C-contiguous (a strided view is a ShapeError: lmtail never copies it silently), on
@@ -78,11 +79,12 @@ def cuda_tensor(x, name: str, impl, stream: int = 0, ndims=(1, 2), writable: boo
         raise  # the core's own typed refusal (e.g. a pointer that is not device memory)
     except (AttributeError, KeyError, TypeError, ValueError, RuntimeError) as e:
         raise DTypeError(f"{name}: the {type(x).__name__} could not be read as a CUDA tensor ({e})") from None
-    ts = info["typestr"]
-    if ts not in ("<f4", "=f4"):
-        found = {"<f8": "float64", "<f2": "float16", "<i4": "int32", "<u4": "uint32", "|u1": "uint8",
-                 "<i8": "int64", "bfloat16": "bfloat16"}.get(ts, ts)
-        raise DTypeError(f"{name}: expected a float32 CUDA tensor; found {found} (convert explicitly)")
+    names = {"<f4": "float32", "<f8": "float64", "<f2": "float16", "<i4": "int32", "<u4": "uint32", "|u1": "uint8",
+             "<u1": "uint8", "|i1": "int8", "<i1": "int8", "<i8": "int64", "<u8": "uint64", "bfloat16": "bfloat16"}
+    found = names.get(info["typestr"].replace("=", "<"), info["typestr"])
+    if found != dtype:
+        raise DTypeError(f"{name}: expected a {dtype} CUDA tensor; found {found} (convert explicitly)")
+    itemsize = 4
     shape = tuple(int(d) for d in info["shape"])
     if len(shape) not in ndims:
         raise ShapeError(f"{name}: expected {' or '.join(f'{d}-D' for d in ndims)}; found shape {shape}")
@@ -90,7 +92,7 @@ def cuda_tensor(x, name: str, impl, stream: int = 0, ndims=(1, 2), writable: boo
         raise ShapeError(f"{name}: expected a non-empty tensor; found shape {shape}")
     strides = info["strides"]
     if strides is not None:
-        want, acc = [], 4
+        want, acc = [], itemsize
         for d in reversed(shape):
             want.append(acc)
             acc *= d

@@ -19,8 +19,8 @@ import sys
 import numpy as np
 
 from .. import _core
-from .._validate import host_array, threads_arg
-from ..errors import DTypeError, ParameterError, ShapeError
+from .._validate import cuda_tensor, host_array, is_cuda_tensor, stream_arg, threads_arg
+from ..errors import DTypeError, ParameterError, ShapeError, UnsupportedError
 
 __all__ = ["bitmask_words", "allocate_bitmask", "check_bitmask_row", "fill_bitmasks", "apply_bitmask"]
 
@@ -97,7 +97,35 @@ def fill_bitmasks(matchers, out) -> np.ndarray:
     return out
 
 
-def apply_bitmask(logits, bitmask, *, threads=None) -> None:
+def _apply_bitmask_cuda(logits, bitmask, stream) -> None:
+    from .. import _backend
+
+    if "cuda" not in _backend.backends():
+        where = ""
+        if hasattr(logits, "__dlpack_device__"):
+            where = f" on cuda:{int(logits.__dlpack_device__()[1])}"
+        raise UnsupportedError(f"logits: a {type(logits).__name__}{where} (CUDA memory), but the cuda backend is not "
+                               f"available in this build (move it to the CPU, or build with LMTAIL_CUDA=ON)")
+    impl = _backend.get("cuda")
+    s = stream_arg(stream)
+    x = cuda_tensor(logits, "logits", impl, s, writable=True)
+    V = x.shape[-1]
+    W = bitmask_words(V)
+    B = 1 if len(x.shape) == 1 else x.shape[0]
+    want = ((W,), (1, W)) if len(x.shape) == 1 else ((B, W),)
+    if is_cuda_tensor(bitmask):
+        m = cuda_tensor(bitmask, "bitmask", impl, s, dtype="int32")
+        shape, ptr, host = m.shape, m.ptr, None
+    else:
+        host = np.ascontiguousarray(_int32(bitmask, "bitmask"))
+        shape, ptr = host.shape, 0
+    if shape not in want:
+        raise ShapeError(f"bitmask: expected {' or '.join(map(str, want))} for logits of shape {x.shape} "
+                         f"(ceil({V} / 32) = {W} words); found {shape}")
+    impl.apply_bitmask_device(x.ptr, B, V, ptr, host, s)
+
+
+def apply_bitmask(logits, bitmask, *, threads=None, stream=None) -> None:
     """Set ``logits[..., i] = -inf`` wherever the bitmask's bit i is clear, in place.
 
     ``logits`` (B, V) float32 with ``bitmask`` (B, ceil(V / 32)) int32, or a 1-D row (V,) with a
@@ -105,8 +133,16 @@ def apply_bitmask(logits, bitmask, *, threads=None) -> None:
     object, written through); bits past V are ignored.  Typed errors: DTypeError (dtypes),
     ShapeError (shapes, V vs W), ParameterError (read-only logits).  The C++ kernel splits the
     rows over ``threads`` (None: the core's default); each logit is written by one thread.
+
+    CUDA logits (a ``__cuda_array_interface__`` / ``__dlpack__`` tensor, e.g. from
+    ``Head.logits(..., device=True)``) are masked on the device by the cuda backend, with the
+    mask in device memory or on the host (uploaded, W * 4 bytes per row), on ``stream``.
     """
     nt = threads_arg(threads)
+    if is_cuda_tensor(logits):
+        return _apply_bitmask_cuda(logits, bitmask, stream)
+    if stream is not None:
+        raise UnsupportedError("stream: host logits take no CUDA stream")
     x = logits if isinstance(logits, np.ndarray) else host_array(logits, "logits")
     dt = x.dtype
     if dt != np.float32 or dt.fields is not None or not dt.isnative:
