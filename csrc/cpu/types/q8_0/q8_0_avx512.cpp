@@ -16,8 +16,14 @@ namespace {
 
 constexpr int kQ = LMT_Q8_0_BLOCK_ELEMS;
 constexpr int kB = LMT_Q8_0_BLOCK_BYTES;
-// Bytes ahead of the current block that the weight rows are prefetched.
+// Prefetch (as the float kernels, float_avx512.hpp): the next group of R rows into L2 at the
+// same block while this group is computed, and at T > 1 the current rows into L1 kPfBytes ahead.
 constexpr int64_t kPfBytes = 1024;
+
+template <int R>
+static inline void next_rows(const MatvecArgs &a, int64_t r, const uint8_t *(&nxt)[R]) {
+    for (int k = 0; k < R; ++k) nxt[k] = a.w + (size_t)std::min<int64_t>(r + R + k, a.rows - 1) * a.row_stride;
+}
 
 // The block's d, converted exactly, broadcast.
 static inline __m512 block_d(const uint8_t *blk) {
@@ -40,16 +46,19 @@ static inline float hsum16_zmm(__m512 v) {
 
 template <int R>
 static inline void rows_t1(const MatvecArgs &a, int64_t r) {
-    const uint8_t *row[R];
+    const uint8_t *row[R], *nxt[R];
     __m512 acc[R];
     for (int k = 0; k < R; ++k) {
         row[k] = a.w + (size_t)(r + k) * a.row_stride;
         acc[k] = _mm512_setzero_ps();
     }
+    next_rows<R>(a, r, nxt);
     const int64_t nb = a.cols / kQ;
     for (int64_t b = 0; b < nb; ++b) {
         const float *xb = a.x + b * kQ;
         const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+        // One prefetch per block: a 34-byte block touches at most 2 lines, so every line is covered.
+        for (int k = 0; k < R; ++k) _mm_prefetch(reinterpret_cast<const char *>(nxt[k]) + (size_t)b * kB, _MM_HINT_T1);
         for (int k = 0; k < R; ++k) {
             const uint8_t *p = row[k] + (size_t)b * kB;
             const __m512 D = block_d(p);
@@ -63,9 +72,10 @@ static inline void rows_t1(const MatvecArgs &a, int64_t r) {
 // R weight rows against activation rows [t0, t0 + TG); R * TG + 2R + 1 <= 32 zmm.
 template <int R, int TG>
 static inline void rows_tg(const MatvecArgs &a, int64_t r, int64_t t0) {
-    const uint8_t *row[R];
+    const uint8_t *row[R], *nxt[R];
     const float *x[TG];
     for (int k = 0; k < R; ++k) row[k] = a.w + (size_t)(r + k) * a.row_stride;
+    next_rows<R>(a, r, nxt);
     for (int t = 0; t < TG; ++t) x[t] = a.x + (t0 + t) * a.cols;
     __m512 acc[R][TG];
     for (int k = 0; k < R; ++k)
@@ -74,9 +84,10 @@ static inline void rows_tg(const MatvecArgs &a, int64_t r, int64_t t0) {
     for (int64_t b = 0; b < nb; ++b) {
         __m512 D[R];
         for (int k = 0; k < R; ++k) D[k] = block_d(row[k] + (size_t)b * kB);
-        if ((b & 1) == 0)  // ~one prefetch per 64-byte line (2 blocks = 68 bytes)
-            for (int k = 0; k < R; ++k)
-                _mm_prefetch(reinterpret_cast<const char *>(row[k]) + (size_t)b * kB + kPfBytes, _MM_HINT_T0);
+        for (int k = 0; k < R; ++k) {
+            _mm_prefetch(reinterpret_cast<const char *>(row[k]) + (size_t)b * kB + kPfBytes, _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char *>(nxt[k]) + (size_t)b * kB, _MM_HINT_T1);
+        }
         for (int h = 0; h < 2; ++h) {
             __m512 w[R];
             for (int k = 0; k < R; ++k) w[k] = w16(row[k] + (size_t)b * kB + 2 + 16 * h, D[k]);
