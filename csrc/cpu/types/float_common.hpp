@@ -94,11 +94,13 @@ using FloatKernel = void (*)(const MatvecCall &, int64_t, int64_t);
 // in a lone row; 72 rows of 6656 f16 weights = 958 KB, small enough to balance two threads.
 constexpr int64_t kFloatRowsPerTask = 72;
 
-// The row split shared by the three types: scalar or the ISA's kernel (avx2 also serves an
-// avx512 request: the bytes are the same by construction, and this type has no AVX-512 kernel).
-static inline void float_matvec_run(const MatvecCall &c, FloatKernel scalar, FloatKernel simd) {
+// The row split shared by the three types: scalar or the ISA's kernel (simd: AVX2 or NEON;
+// simd512: the AVX-512 one, x86 only).
+static inline void float_matvec_run(const MatvecCall &c, FloatKernel scalar, FloatKernel simd,
+                                    FloatKernel simd512 = nullptr) {
     FloatKernel k = scalar;
     if ((c.isa == Isa::Avx2 || c.isa == Isa::Avx512 || c.isa == Isa::Neon) && simd) k = simd;
+    if (c.isa == Isa::Avx512 && simd512) k = simd512;
     for_row_tasks(c.n_threads, c.rows, kFloatRowsPerTask, [&](int64_t r0, int64_t r1) {
         k(c, r0, r1);
         // NaN payloads are not part of the canonical expression: where two NaNs meet (two NaN
@@ -137,6 +139,9 @@ static void float_dequantize(const uint8_t *src, float *dst, int64_t rows, int64
 void matvec_f32_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_f16_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
 void matvec_bf16_avx2(const MatvecCall &c, int64_t r0, int64_t r1);
+void matvec_f32_avx512(const MatvecCall &c, int64_t r0, int64_t r1);
+void matvec_f16_avx512(const MatvecCall &c, int64_t r0, int64_t r1);
+void matvec_bf16_avx512(const MatvecCall &c, int64_t r0, int64_t r1);
 #endif
 #if defined(LMTAIL_HAVE_NEON)
 void matvec_f32_neon(const MatvecCall &c, int64_t r0, int64_t r1);

@@ -9,7 +9,7 @@ namespace {
 void bf16_matvec(const MatvecCall &c) {
     if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(bf16_matvec_ggml_avx2), "BF16")) return;
 #if defined(LMTAIL_HAVE_X86)
-    float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_avx2);
+    float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_avx2, matvec_bf16_avx512);
 #elif defined(LMTAIL_HAVE_NEON)
     float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_neon);
 #else

@@ -9,7 +9,7 @@ namespace {
 void f16_matvec(const MatvecCall &c) {
     if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(f16_matvec_ggml_avx2), "F16")) return;
 #if defined(LMTAIL_HAVE_X86)
-    float_matvec_run(c, float_matvec_scalar<F16Weights>, matvec_f16_avx2);
+    float_matvec_run(c, float_matvec_scalar<F16Weights>, matvec_f16_avx2, matvec_f16_avx512);
 #elif defined(LMTAIL_HAVE_NEON)
     float_matvec_run(c, float_matvec_scalar<F16Weights>, matvec_f16_neon);
 #else

@@ -15,7 +15,7 @@ void f32_quantize(const float *src, uint8_t *dst, int64_t rows, int64_t cols, in
 void f32_matvec(const MatvecCall &c) {
     if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(f32_matvec_ggml_avx2), "F32")) return;
 #if defined(LMTAIL_HAVE_X86)
-    float_matvec_run(c, float_matvec_scalar<F32Weights>, matvec_f32_avx2);
+    float_matvec_run(c, float_matvec_scalar<F32Weights>, matvec_f32_avx2, matvec_f32_avx512);
 #elif defined(LMTAIL_HAVE_NEON)
     float_matvec_run(c, float_matvec_scalar<F32Weights>, matvec_f32_neon);
 #else

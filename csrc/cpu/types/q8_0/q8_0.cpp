@@ -126,8 +126,8 @@ void q8_0_matvec(const MatvecCall &c) {
     const MatvecArgs a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
     void (*kernel)(const MatvecArgs &, int64_t, int64_t) = matvec_q8_0_scalar;
 #if defined(LMTAIL_HAVE_X86)
-    // AVX-512 machines run the AVX2 kernel: the same bytes by construction (no AVX-512 kernel yet).
-    if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_q8_0_avx2;
+    if (c.isa == Isa::Avx2) kernel = matvec_q8_0_avx2;
+    if (c.isa == Isa::Avx512) kernel = matvec_q8_0_avx512;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
     if (c.isa == Isa::Neon) kernel = matvec_q8_0_neon;

@@ -26,6 +26,7 @@ static inline float q8_0_hsum16(const float a[16]) {
 // Rows [r0, r1) of W against all T activation rows (MatvecArgs: cpu/internal.hpp).
 void matvec_q8_0_scalar(const MatvecArgs &a, int64_t r0, int64_t r1);
 void matvec_q8_0_avx2(const MatvecArgs &a, int64_t r0, int64_t r1);
+void matvec_q8_0_avx512(const MatvecArgs &a, int64_t r0, int64_t r1);
 void matvec_q8_0_neon(const MatvecArgs &a, int64_t r0, int64_t r1);
 
 void quantize_q8_0(const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads);
