@@ -56,9 +56,29 @@ void prepare_x_q6k(const float *x, int64_t T, int64_t cols, int16_t *xa, int16_t
 }
 
 struct I24Scratch {  // per calling thread: grown, never shrunk
-    std::vector<int16_t> a, c;
-    std::vector<float> dx, dxc;
+    std::vector<int16_t> a, c, ap, cp;
+    std::vector<float> dx, dxc, dxp, dxcp;
 };
+
+// The row-pair layout of Q6kI24Args::xap / dxp (q6k.hpp), from the natural one: a copy, so the
+// integers and scales are the same ones every ISA uses.
+void q6k_pair_layout(const int16_t *x, const float *dx, int64_t T, int64_t cols, int16_t *xp, float *dxp) {
+    const int64_t nb = cols / LMT_QK_K;
+    for (int64_t p = 0; p < T / 2; ++p) {
+        const int16_t *x0 = x + 2 * p * cols, *x1 = x0 + cols;
+        int16_t *o = xp + 2 * p * cols;
+        for (int64_t g = 0; g < cols / 32; ++g, o += 64) {
+            std::copy(x0 + 32 * g, x0 + 32 * g + 16, o);
+            std::copy(x1 + 32 * g + 16, x1 + 32 * g + 32, o + 16);
+            std::copy(x0 + 32 * g + 16, x0 + 32 * g + 32, o + 32);
+            std::copy(x1 + 32 * g, x1 + 32 * g + 16, o + 48);
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            std::fill(dxp + (p * nb + b) * 16, dxp + (p * nb + b) * 16 + 8, dx[2 * p * nb + b]);
+            std::fill(dxp + (p * nb + b) * 16 + 8, dxp + (p * nb + b) * 16 + 16, dx[(2 * p + 1) * nb + b]);
+        }
+    }
+}
 
 // 64 rows per task (~340 KB of weights at cols = 6656), as Q5_K.
 constexpr int64_t kRowsPerTask = 64;
@@ -84,7 +104,25 @@ void q6_k_matvec(const MatvecCall &c) {
             s.dxc.resize(nbt);
         }
         prepare_x_q6k(c.x, c.T, c.cols, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data());
-        const Q6kI24Args a{&c, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data()};
+        Q6kI24Args a{&c, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data()};
+#if defined(LMTAIL_HAVE_X86)
+        if (c.isa == Isa::Avx512 && c.T >= 2) {
+            if (s.ap.size() < n) {
+                s.ap.resize(n);
+                s.cp.resize(n);
+            }
+            if (s.dxp.size() < nbt * 8) {
+                s.dxp.resize(nbt * 8);
+                s.dxcp.resize(nbt * 8);
+            }
+            q6k_pair_layout(s.a.data(), s.dx.data(), c.T, c.cols, s.ap.data(), s.dxp.data());
+            q6k_pair_layout(s.c.data(), s.dxc.data(), c.T, c.cols, s.cp.data(), s.dxcp.data());
+            a.xap = s.ap.data();
+            a.xcp = s.cp.data();
+            a.dxp = s.dxp.data();
+            a.dxcp = s.dxcp.data();
+        }
+#endif
         void (*kernel)(const Q6kI24Args &, int64_t, int64_t) = matvec_q6_k_i24_scalar;
         switch (c.isa) {
 #if defined(LMTAIL_HAVE_X86)
