@@ -32,6 +32,9 @@ namespace {
 #define LMT_Q6K_UNROLL
 #endif
 
+#ifndef LMT_Q6K_R1
+#define LMT_Q6K_R1 1  // weight rows per pass of the single-row (T odd) kernel
+#endif
 #ifndef LMT_Q6K_PF
 #define LMT_Q6K_PF 2048  // prefetch distance in bytes ahead of the block being decoded
 #endif
@@ -103,21 +106,30 @@ static inline __m256i fold16(__m512i v) {
 
 static inline __m512i ld(const int16_t *p) { return _mm512_loadu_si512(p); }
 
-// One activation row t in the natural layout.
-static void rows_single(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t) {
+// One activation row t in the natural layout, R weight rows at a time (independent chains; each
+// activation vector is loaded once for the R rows).
+template <int R>
+static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
     const MatvecCall &c = *a.c;
     const int64_t nb = c.cols / LMT_QK_K;
-    for (int64_t r = r0; r < r1; ++r) {
-        const auto *blocks = reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)r * c.row_stride);
-        __m256 facc = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; ++b) {
-            const lmt_block_q6_K *bk = blocks + b;
+    const lmt_block_q6_K *blocks[R];
+    __m256 facc[R];
+    LMT_Q6K_UNROLL
+    for (int k = 0; k < R; ++k) {
+        blocks[k] = reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(r + k) * c.row_stride);
+        facc[k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const int64_t tb = t * nb + b;
+        const float dx = a.dx[tb], dxc = a.dxc[tb];
+        const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
+        LMT_Q6K_UNROLL
+        for (int k = 0; k < R; ++k) {
+            const lmt_block_q6_K *bk = blocks[k] + b;
             prefetch_block(bk);
             const __m512i s16 = block_scales(bk);
             const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
-            const int64_t tb = t * nb + b;
-            const __m256 e = _mm256_set1_ps(d * a.dx[tb]), ec = _mm256_set1_ps(d * a.dxc[tb]);
-            const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
+            const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
             LMT_Q6K_UNROLL
             for (int h = 0; h < 2; ++h) {
                 __m512i W[4];
@@ -130,12 +142,13 @@ static void rows_single(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t) 
                     L = _mm512_dpwssd_epi32(L, W[q], ld(pa + 32 * q));
                     C = _mm512_dpwssd_epi32(C, W[q], ld(pc + 32 * q));
                 }
-                facc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(L)), e, facc);
-                facc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(C)), ec, facc);
+                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(L)), e, facc[k]);
+                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(C)), ec, facc[k]);
             }
         }
-        c.logits[t * c.rows + r] = hsum8_avx(facc);
     }
+    LMT_Q6K_UNROLL
+    for (int k = 0; k < R; ++k) c.logits[t * c.rows + r + k] = hsum8_avx(facc[k]);
 }
 
 // P row pairs p0 .. p0 + P - 1 (activation rows 2 p0 .. 2 (p0 + P) - 1) in the pair layout, for
@@ -242,7 +255,11 @@ void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1) {
             default: rows_pairs<4>(a, r0, r1, p0); break;
         }
     }
-    if (T % 2) rows_single(a, r0, r1, T - 1);
+    if (T % 2) {
+        int64_t r = r0;
+        for (; r + LMT_Q6K_R1 <= r1; r += LMT_Q6K_R1) rows_single<LMT_Q6K_R1>(a, r, T - 1);
+        for (; r < r1; ++r) rows_single<1>(a, r, T - 1);
+    }
 }
 
 }  // namespace lmt::cpu
