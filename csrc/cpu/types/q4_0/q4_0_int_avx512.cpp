@@ -94,8 +94,14 @@ static void rows_single(const I24Args &a, int64_t r, int64_t t) {
 }
 
 // ---- 512-bit: activation row pairs --------------------------------------------------------------
-constexpr int64_t kGroup = 16;  // weight rows per block-major group
-constexpr int64_t kChunk = 8;   // blocks per step (8 rows' activations: 8 KB)
+#ifndef LMT_Q4_0_G
+#define LMT_Q4_0_G 16
+#endif
+#ifndef LMT_Q4_0_C
+#define LMT_Q4_0_C 8
+#endif
+constexpr int64_t kGroup = LMT_Q4_0_G;  // weight rows per block-major group
+constexpr int64_t kChunk = LMT_Q4_0_C;   // blocks per step (8 rows' activations: 8 KB)
 
 template <int P>
 static void rows_pairs(const I24Args &a, int64_t r0, int64_t r1, int64_t p0) {

@@ -2,6 +2,7 @@
 // I24, ISA selection, row split over threads). The canonical expressions are in q6k.hpp; the
 // quantiser in q6_k_quantize.cpp.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -60,6 +61,16 @@ struct I24Scratch {  // per calling thread: grown, never shrunk
     std::vector<float> dx, dxc, dxp, dxcp;
 };
 
+// A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
+// loads then never split a cache line (a split 512-bit load costs about two).
+template <class T>
+T *aligned64(std::vector<T> &v, size_t n) {
+    const size_t pad = 64 / sizeof(T);
+    if (v.size() < n + pad) v.resize(n + pad);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<T *>((p + 63) & ~(uintptr_t)63);
+}
+
 // The row-pair layout of Q6kI24Args::xap / dxp (q6k.hpp), from the natural one: a copy, so the
 // integers and scales are the same ones every ISA uses.
 void q6k_pair_layout(const int16_t *x, const float *dx, int64_t T, int64_t cols, int16_t *xp, float *dxp) {
@@ -95,32 +106,23 @@ void q6_k_matvec(const MatvecCall &c) {
     if (c.precision == Precision::I24) {
         thread_local I24Scratch s;
         const size_t n = (size_t)(c.T * c.cols), nbt = (size_t)(c.T * (c.cols / LMT_QK_K));
-        if (s.a.size() < n) {
-            s.a.resize(n);
-            s.c.resize(n);
-        }
+        int16_t *xa = aligned64(s.a, n), *xc = aligned64(s.c, n);
         if (s.dx.size() < nbt) {
             s.dx.resize(nbt);
             s.dxc.resize(nbt);
         }
-        prepare_x_q6k(c.x, c.T, c.cols, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data());
-        Q6kI24Args a{&c, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data()};
+        prepare_x_q6k(c.x, c.T, c.cols, xa, xc, s.dx.data(), s.dxc.data());
+        Q6kI24Args a{&c, xa, xc, s.dx.data(), s.dxc.data()};
 #if defined(LMTAIL_HAVE_X86)
         if (c.isa == Isa::Avx512 && c.T >= 2) {
-            if (s.ap.size() < n) {
-                s.ap.resize(n);
-                s.cp.resize(n);
-            }
-            if (s.dxp.size() < nbt * 8) {
-                s.dxp.resize(nbt * 8);
-                s.dxcp.resize(nbt * 8);
-            }
-            q6k_pair_layout(s.a.data(), s.dx.data(), c.T, c.cols, s.ap.data(), s.dxp.data());
-            q6k_pair_layout(s.c.data(), s.dxc.data(), c.T, c.cols, s.cp.data(), s.dxcp.data());
-            a.xap = s.ap.data();
-            a.xcp = s.cp.data();
-            a.dxp = s.dxp.data();
-            a.dxcp = s.dxcp.data();
+            int16_t *ap = aligned64(s.ap, n), *cp = aligned64(s.cp, n);
+            float *dxp = aligned64(s.dxp, nbt * 8), *dxcp = aligned64(s.dxcp, nbt * 8);
+            q6k_pair_layout(xa, s.dx.data(), c.T, c.cols, ap, dxp);
+            q6k_pair_layout(xc, s.dxc.data(), c.T, c.cols, cp, dxcp);
+            a.xap = ap;
+            a.xcp = cp;
+            a.dxp = dxp;
+            a.dxcp = dxcp;
         }
 #endif
         void (*kernel)(const Q6kI24Args &, int64_t, int64_t) = matvec_q6_k_i24_scalar;
