@@ -103,14 +103,69 @@ static void rows_single(const I24Args &a, int64_t r, int64_t t) {
 constexpr int64_t kGroup = LMT_Q4_0_G;  // weight rows per block-major group
 constexpr int64_t kChunk = LMT_Q4_0_C;   // blocks per step (8 rows' activations: 8 KB)
 
-template <int P>
-static void rows_pairs(const I24Args &a, int64_t r0, int64_t r1, int64_t p0) {
+#ifndef LMT_Q4_0_R
+#define LMT_Q4_0_R 2  // weight rows per step sharing each activation load (the pair loop is load bound)
+#endif
+
+// Weight rows row[0..R) over blocks [b0, b1) for P row pairs; acc[k] holds row k's accumulators.
+template <int P, int R>
+static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64_t b0, int64_t b1, int64_t p0,
+                              float (*const *acc)[16]) {
     const int64_t nb = a.cols / kQK;
     // Lanes 1 and 3 (128-bit) of the broadcast qs take the high nibbles: [lo | hi | lo | hi].
     const __m512i cnt = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(
                                                _mm256_setzero_si256(), _mm_set1_epi16(4), 1)),
                                            _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_set1_epi16(4), 1), 1);
     const __m512i m4 = _mm512_set1_epi8(0x0F), k8 = _mm512_set1_epi8(8), z = _mm512_setzero_si512();
+    __m512 facc[R][P];
+    LMT_Q4_0_UNROLL
+    for (int k = 0; k < R; ++k) {
+        // this row's next chunk (144 bytes), needed after the group's other rows
+        const char *ahead = reinterpret_cast<const char *>(row[k] + (size_t)b1 * kBB);
+        _mm_prefetch(ahead, _MM_HINT_T0);
+        _mm_prefetch(ahead + 64, _MM_HINT_T0);
+        _mm_prefetch(ahead + 128, _MM_HINT_T0);
+        LMT_Q4_0_UNROLL
+        for (int p = 0; p < P; ++p) facc[k][p] = _mm512_load_ps(acc[k][p]);
+    }
+    for (int64_t b = b0; b < b1; ++b) {
+        __m512 d[R];
+        __m512i q8[R], w0[R], w1[R];
+        LMT_Q4_0_UNROLL
+        for (int k = 0; k < R; ++k) {
+            const uint8_t *blk = row[k] + (size_t)b * kBB;
+            d[k] = _mm512_set1_ps(f16_scale(blk));
+            const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)));
+            q8[k] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srlv_epi16(v, cnt), m4), k8);
+            w0[k] = _mm512_unpacklo_epi8(z, q8[k]);
+            w1[k] = _mm512_unpackhi_epi8(z, q8[k]);
+        }
+        LMT_Q4_0_UNROLL
+        for (int p = 0; p < P; ++p) {
+            const int64_t pb = (p0 + p) * nb + b;
+            const int16_t *ap = a.ap + pb * 64;
+            const __m512i R8 = _mm512_load_si512(a.rp + pb * 64), A0 = _mm512_load_si512(ap),
+                          A1 = _mm512_load_si512(ap + 32);
+            const __m512 SR = _mm512_load_ps(a.srp + pb * 16);
+            LMT_Q4_0_UNROLL
+            for (int k = 0; k < R; ++k) {
+                __m512i S = _mm512_dpbusd_epi32(z, R8, q8[k]);
+                S = _mm512_dpwssd_epi32(S, A0, w0[k]);
+                S = _mm512_dpwssd_epi32(S, A1, w1[k]);
+                // e = d * sr per lane: the scalar reference's one f32 product
+                facc[k][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d[k], SR), facc[k][p]);
+            }
+        }
+    }
+    LMT_Q4_0_UNROLL
+    for (int k = 0; k < R; ++k)
+        LMT_Q4_0_UNROLL
+        for (int p = 0; p < P; ++p) _mm512_store_ps(acc[k][p], facc[k][p]);
+}
+
+template <int P>
+static void rows_pairs(const I24Args &a, int64_t r0, int64_t r1, int64_t p0) {
+    const int64_t nb = a.cols / kQK;
     alignas(64) float acc[kGroup][P][16];
     for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
         const int64_t G = std::min(kGroup, r1 - g0);
@@ -119,37 +174,20 @@ static void rows_pairs(const I24Args &a, int64_t r0, int64_t r1, int64_t p0) {
             for (int p = 0; p < P; ++p) _mm512_store_ps(acc[i][p], _mm512_setzero_ps());
         for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
             const int64_t b1 = std::min(nb, b0 + kChunk);
-            for (int64_t i = 0; i < G; ++i) {
-                const uint8_t *row = a.w + (size_t)(g0 + i) * a.row_stride;
-                {  // this row's next chunk (144 bytes), needed after the group's other rows
-                    const char *ahead = reinterpret_cast<const char *>(row + (size_t)b1 * kBB);
-                    _mm_prefetch(ahead, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 128, _MM_HINT_T0);
+            int64_t i = 0;
+            for (; i + LMT_Q4_0_R <= G; i += LMT_Q4_0_R) {
+                const uint8_t *row[LMT_Q4_0_R];
+                float(*ac[LMT_Q4_0_R])[16];
+                for (int k = 0; k < LMT_Q4_0_R; ++k) {
+                    row[k] = a.w + (size_t)(g0 + i + k) * a.row_stride;
+                    ac[k] = acc[i + k];
                 }
-                __m512 facc[P];
-                LMT_Q4_0_UNROLL
-                for (int p = 0; p < P; ++p) facc[p] = _mm512_load_ps(acc[i][p]);
-                for (int64_t b = b0; b < b1; ++b) {
-                    const uint8_t *blk = row + (size_t)b * kBB;
-                    const __m512 d = _mm512_set1_ps(f16_scale(blk));
-                    const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)));
-                    const __m512i q8 = _mm512_sub_epi8(_mm512_and_si512(_mm512_srlv_epi16(v, cnt), m4), k8);
-                    const __m512i w0 = _mm512_unpacklo_epi8(z, q8), w1 = _mm512_unpackhi_epi8(z, q8);
-                    LMT_Q4_0_UNROLL
-                    for (int p = 0; p < P; ++p) {
-                        const int64_t pb = (p0 + p) * nb + b;
-                        const int16_t *ap = a.ap + pb * 64;
-                        __m512i S = _mm512_dpbusd_epi32(z, _mm512_loadu_si512(a.rp + pb * 64), q8);
-                        S = _mm512_dpwssd_epi32(S, _mm512_loadu_si512(ap), w0);
-                        S = _mm512_dpwssd_epi32(S, _mm512_loadu_si512(ap + 32), w1);
-                        // e = d * sr per lane: the scalar reference's one f32 product
-                        facc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d, _mm512_loadu_ps(a.srp + pb * 16)),
-                                                  facc[p]);
-                    }
-                }
-                LMT_Q4_0_UNROLL
-                for (int p = 0; p < P; ++p) _mm512_store_ps(acc[i][p], facc[p]);
+                pairs_step<P, LMT_Q4_0_R>(a, row, b0, b1, p0, ac);
+            }
+            for (; i < G; ++i) {
+                const uint8_t *row[1] = {a.w + (size_t)(g0 + i) * a.row_stride};
+                float(*ac[1])[16] = {acc[i]};
+                pairs_step<P, 1>(a, row, b0, b1, p0, ac);
             }
         }
         for (int64_t i = 0; i < G; ++i)
