@@ -33,7 +33,7 @@ namespace {
 #endif
 
 #ifndef LMT_Q6K_R1
-#define LMT_Q6K_R1 1  // weight rows per pass of the single-row (T odd) kernel
+#define LMT_Q6K_R1 1  // weight rows per pass of the single-row (T odd) kernel (2, 4: slower, spills)
 #endif
 #ifndef LMT_Q6K_PF
 #define LMT_Q6K_PF 2048  // prefetch distance in bytes ahead of the block being decoded
