@@ -1,6 +1,7 @@
 // Q4_0: the type-table row, quantize / dequantize (ggml's bytes and bits) and the scalar
 // reference matvec; the dispatch over ISAs.
 #include <algorithm>
+#include <cstdint>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -233,25 +234,71 @@ static void canonical_nans(float *logits, int64_t rows, int64_t T, int64_t r0, i
 }
 
 struct I24Scratch {
-    std::vector<int16_t> a;
-    std::vector<uint8_t> r;
-    std::vector<float> sr;
+    std::vector<int16_t> a, ap;
+    std::vector<uint8_t> r, rp;
+    std::vector<float> sr, srp;
     std::vector<int> row_exp;
     std::vector<int64_t> sel_int, sel_f32;  // activation rows per path (i24_row_needs_f32)
     std::vector<float> xg, lg;              // gathered rows of a mixed batch
 };
 
+// A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
+// loads then never split a cache line (a split 512-bit load costs about two).
+template <class T>
+T *aligned64(std::vector<T> &v, size_t n) {
+    const size_t pad = 64 / sizeof(T);
+    if (v.size() < n + pad) v.resize(n + pad);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<T *>((p + 63) & ~(uintptr_t)63);
+}
+
+// The row-pair layout of I24Args::ap / rp / srp (q4_0_kernels.hpp): a copy of the prepared
+// integers and scales, so every ISA sees the same ones.
+void pair_layout(const I24Args &a, int16_t *ap, uint8_t *rp, float *srp) {
+    const int64_t nb = a.cols / kQK;
+    for (int64_t p = 0; p < a.T / 2; ++p) {
+        const int64_t t = 2 * p, u = t + 1;
+        for (int64_t b = 0; b < nb; ++b) {
+            const int16_t *at = a.a + t * a.cols + b * kQK, *au = a.a + u * a.cols + b * kQK;
+            const uint8_t *rt = a.r + t * a.cols + b * kQK, *ru = a.r + u * a.cols + b * kQK;
+            int16_t *oa = ap + (p * nb + b) * 64;
+            uint8_t *orr = rp + (p * nb + b) * 64;
+            float *os = srp + (p * nb + b) * 16;
+            std::copy(at, at + 16, oa);
+            std::copy(au, au + 16, oa + 16);
+            std::copy(at + 16, at + 32, oa + 32);
+            std::copy(au + 16, au + 32, oa + 48);
+            std::copy(rt, rt + 32, orr);
+            std::copy(ru, ru + 32, orr + 32);
+            std::fill(os, os + 8, a.sr[t * nb + b]);
+            std::fill(os + 8, os + 16, a.sr[u * nb + b]);
+        }
+    }
+}
+
 void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, float *logits) {
     const size_t n = (size_t)(T * c.cols);
-    if (xs.a.size() < n) xs.a.resize(n);
-    if (xs.r.size() < n) xs.r.resize(n);
-    if (xs.sr.size() < n / kQK) xs.sr.resize(n / kQK);
+    int16_t *xa = aligned64(xs.a, n);
+    uint8_t *xr = aligned64(xs.r, n);
+    float *sr = aligned64(xs.sr, n / kQK);
     if (xs.row_exp.size() < (size_t)T) xs.row_exp.resize((size_t)T);
-    prepare_i24(x, T, c.cols, xs.a.data(), xs.r.data(), xs.sr.data(), xs.row_exp.data());
-    const I24Args a{c.w, c.rows, c.cols, c.row_stride, xs.a.data(), xs.r.data(), xs.sr.data(), T, logits};
+    prepare_i24(x, T, c.cols, xa, xr, sr, xs.row_exp.data());
+    I24Args a{c.w, c.rows, c.cols, c.row_stride, xa, xr, sr, T, logits};
     void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
 #if defined(LMTAIL_HAVE_X86)
-    if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_i24_avx2;
+    if (c.isa == Isa::Avx2) kernel = matvec_i24_avx2;
+    if (c.isa == Isa::Avx512) {
+        kernel = matvec_i24_avx512;
+        if (T >= 2) {
+            int16_t *ap = aligned64(xs.ap, n);
+            uint8_t *rp = aligned64(xs.rp, n);
+            float *srp = aligned64(xs.srp, n / 4);
+            pair_layout(a, ap, rp, srp);
+            a.ap = ap;
+            a.rp = rp;
+            a.srp = srp;
+        }
+    }
 #endif
 #if defined(LMTAIL_HAVE_NEON)
     if (c.isa == Isa::Neon) kernel = matvec_i24_neon;

@@ -52,6 +52,14 @@ struct I24Args {
     const float *sr;   // (T, cols / 32)
     int64_t T;
     float *logits;     // (T, rows)
+    // Isa::Avx512 with T >= 2 only (q4_0.cpp pair_layout fills them): activation rows 2p and
+    // u = 2p + 1 interleaved per block so one zmm serves both rows; per pair p and block b:
+    //   ap:  64 words  a_2p[0..15] a_u[0..15] a_2p[16..31] a_u[16..31]   (a's block order above)
+    //   rp:  64 bytes  r_2p[0..31] r_u[0..31]
+    //   srp: 16 floats sr_2p[b] x 8, sr_u[b] x 8
+    const int16_t *ap = nullptr;  // (T / 2, 2 * cols)
+    const uint8_t *rp = nullptr;  // (T / 2, 2 * cols)
+    const float *srp = nullptr;   // (T / 2, cols / 32, 16)
 };
 static inline int i24_a_pos(int i) {  // position of weight i (0..31) in a's block
     return (i & 7) | (((i >> 4) & 1) << 3) | (((i >> 3) & 1) << 4);
@@ -61,6 +69,7 @@ static inline int i24_a_lane(int i) {  // k with i in A_k
 }
 void matvec_i24_scalar(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_avx2(const I24Args &a, int64_t r0, int64_t r1);
+void matvec_i24_avx512(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_neon(const I24Args &a, int64_t r0, int64_t r1);
 
 static inline float hsum8(const float a[8]) {

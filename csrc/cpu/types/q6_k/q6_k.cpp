@@ -2,6 +2,7 @@
 // I24, ISA selection, row split over threads). The canonical expressions are in q6k.hpp; the
 // quantiser in q6_k_quantize.cpp.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -56,9 +57,39 @@ void prepare_x_q6k(const float *x, int64_t T, int64_t cols, int16_t *xa, int16_t
 }
 
 struct I24Scratch {  // per calling thread: grown, never shrunk
-    std::vector<int16_t> a, c;
-    std::vector<float> dx, dxc;
+    std::vector<int16_t> a, c, ap, cp;
+    std::vector<float> dx, dxc, dxp, dxcp;
 };
+
+// A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
+// loads then never split a cache line (a split 512-bit load costs about two).
+template <class T>
+T *aligned64(std::vector<T> &v, size_t n) {
+    const size_t pad = 64 / sizeof(T);
+    if (v.size() < n + pad) v.resize(n + pad);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<T *>((p + 63) & ~(uintptr_t)63);
+}
+
+// The row-pair layout of Q6kI24Args::xap / dxp (q6k.hpp), from the natural one: a copy, so the
+// integers and scales are the same ones every ISA uses.
+void q6k_pair_layout(const int16_t *x, const float *dx, int64_t T, int64_t cols, int16_t *xp, float *dxp) {
+    const int64_t nb = cols / LMT_QK_K;
+    for (int64_t p = 0; p < T / 2; ++p) {
+        const int16_t *x0 = x + 2 * p * cols, *x1 = x0 + cols;
+        int16_t *o = xp + 2 * p * cols;
+        for (int64_t g = 0; g < cols / 32; ++g, o += 64) {
+            std::copy(x0 + 32 * g, x0 + 32 * g + 16, o);
+            std::copy(x1 + 32 * g + 16, x1 + 32 * g + 32, o + 16);
+            std::copy(x0 + 32 * g + 16, x0 + 32 * g + 32, o + 32);
+            std::copy(x1 + 32 * g, x1 + 32 * g + 16, o + 48);
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+            std::fill(dxp + (p * nb + b) * 16, dxp + (p * nb + b) * 16 + 8, dx[2 * p * nb + b]);
+            std::fill(dxp + (p * nb + b) * 16 + 8, dxp + (p * nb + b) * 16 + 16, dx[(2 * p + 1) * nb + b]);
+        }
+    }
+}
 
 // 64 rows per task (~340 KB of weights at cols = 6656), as Q5_K.
 constexpr int64_t kRowsPerTask = 64;
@@ -75,16 +106,25 @@ void q6_k_matvec(const MatvecCall &c) {
     if (c.precision == Precision::I24) {
         thread_local I24Scratch s;
         const size_t n = (size_t)(c.T * c.cols), nbt = (size_t)(c.T * (c.cols / LMT_QK_K));
-        if (s.a.size() < n) {
-            s.a.resize(n);
-            s.c.resize(n);
-        }
+        int16_t *xa = aligned64(s.a, n), *xc = aligned64(s.c, n);
         if (s.dx.size() < nbt) {
             s.dx.resize(nbt);
             s.dxc.resize(nbt);
         }
-        prepare_x_q6k(c.x, c.T, c.cols, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data());
-        const Q6kI24Args a{&c, s.a.data(), s.c.data(), s.dx.data(), s.dxc.data()};
+        prepare_x_q6k(c.x, c.T, c.cols, xa, xc, s.dx.data(), s.dxc.data());
+        Q6kI24Args a{&c, xa, xc, s.dx.data(), s.dxc.data()};
+#if defined(LMTAIL_HAVE_X86)
+        if (c.isa == Isa::Avx512 && c.T >= 2) {
+            int16_t *ap = aligned64(s.ap, n), *cp = aligned64(s.cp, n);
+            float *dxp = aligned64(s.dxp, nbt * 8), *dxcp = aligned64(s.dxcp, nbt * 8);
+            q6k_pair_layout(xa, s.dx.data(), c.T, c.cols, ap, dxp);
+            q6k_pair_layout(xc, s.dxc.data(), c.T, c.cols, cp, dxcp);
+            a.xap = ap;
+            a.xcp = cp;
+            a.dxp = dxp;
+            a.dxcp = dxcp;
+        }
+#endif
         void (*kernel)(const Q6kI24Args &, int64_t, int64_t) = matvec_q6_k_i24_scalar;
         switch (c.isa) {
 #if defined(LMTAIL_HAVE_X86)

@@ -1,10 +1,265 @@
-// Precision::I24 on AVX-512 machines: the AVX2 integer kernel (q6k_x86.hpp) compiled with the
-// AVX-512 flags (the compiler may use the wider encodings; the integers and the f32 expression
-// are the same, so the bytes are).
-#include "cpu/types/q6_k/q6k_x86.hpp"
+// Precision::I24 on AVX-512 (F/BW/VL/DQ + VNNI): 512-bit integer kernel. Canonical expression in
+// q6k.hpp; only the integer grouping differs from the AVX2 kernel (exact), the f32 lanes and
+// operations are the same.
+//
+// Weights: per 32-weight quarter (sub-blocks j, j + 1) one zmm of 32 int16 w16 = sc * (q - 32):
+// the 6-bit codes of a half block are built 64 at a time (variable word shifts put each qh bit
+// pair at bits 4-5, vpternlogd merges them under the low nibble), sign-extended to words and
+// multiplied by the per-sub-block scales (vpermw spreads sc[j] / sc[j + 1] over the two halves).
+// vpdpwssd lane m then holds weights 2m, 2m + 1: canonical lane k = m % 8 of sub-block j + m / 8.
+//   T = 1: one zmm accumulator per half for L (and C); lanes 0-7 + lanes 8-15 at the half's end.
+//   T >= 2: activation rows in pairs (q6k.hpp xap layout): the first zmm of a chunk holds row 2p's
+//   sub-block j and row 2p + 1's sub-block j + 1, the second the other two, against the weights
+//   [j | j + 1] and [j + 1 | j]; so lanes 0-7 are row 2p's canonical L and lanes 8-15 row 2p + 1's,
+//   with no reduction, and one 16-lane fma serves both rows.
+// Integer bounds as q6k.hpp: a lane holds at most one half block's 16 products (< 2^31).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "cpu/types/q6_k/q6k.hpp"
 
 namespace lmt::cpu {
+namespace {
 
-void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1) { q6k_i24_x86(a, r0, r1); }
+// The file is built at -O2 (integer kernels, CMakeLists.txt), which does not unroll the small
+// fixed loops: the accumulator arrays would live on the stack.
+#if defined(__clang__)
+#define LMT_Q6K_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define LMT_Q6K_UNROLL _Pragma("GCC unroll 8")
+#else
+#define LMT_Q6K_UNROLL
+#endif
+
+#ifndef LMT_Q6K_R1
+#define LMT_Q6K_R1 1  // weight rows per pass of the single-row (T odd) kernel (2, 4: slower, spills)
+#endif
+#ifndef LMT_Q6K_PF
+#define LMT_Q6K_PF 2048  // prefetch distance in bytes ahead of the block being decoded
+#endif
+
+struct ScIdx {
+    alignas(64) int16_t v[8][32];
+};
+constexpr ScIdx make_sc_idx() {
+    ScIdx s{};
+    for (int p = 0; p < 8; ++p)
+        for (int m = 0; m < 32; ++m) s.v[p][m] = (int16_t)(2 * p + (m >= 16));
+    return s;
+}
+// vpermw indices: quarter p of a block takes scale words 2p (lanes 0-15) and 2p + 1 (16-31).
+alignas(64) constexpr ScIdx kScIdx = make_sc_idx();
+
+static inline void prefetch_block(const lmt_block_q6_K *bk) {
+#if LMT_Q6K_PF > 0
+    const char *ahead = reinterpret_cast<const char *>(bk) + LMT_Q6K_PF;
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+    _mm_prefetch(ahead + 128, _MM_HINT_T0);
+    _mm_prefetch(ahead + 192, _MM_HINT_T0);
+#else
+    (void)bk;
+#endif
+}
+
+// The block's 16 scales as words (lanes 0-15 of the zmm; vpermw reads no others).
+static inline __m512i block_scales(const lmt_block_q6_K *bk) {
+    return _mm512_castsi256_si512(
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(bk->scales))));
+}
+
+// w16 of half h: W[q] = weights 128h + 32q .. + 31 (blocks/q6_k.h: quarters 0-3 take ql[0..31] /
+// ql[32..63] low then high nibbles, with qh bit pairs 0-1, 2-3, 4-5, 6-7).
+static inline void decode_half(const lmt_block_q6_K *bk, int h, __m512i s16, __m512i W[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);  // q0 | q1
+    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);  // q2 | q3
+    const __m512i lz = _mm512_loadu_si512(bk->ql + 64 * h);
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh + 32 * h)));
+    const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30);
+    const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30);
+    // 0xE4: m4 ? first : second (the low nibble from ql, bits 4-5 from qh; the word shift's carry
+    // into the neighbouring byte lands under the mask or in bits 6-7, which h01 / h23 cleared).
+    const __m512i z01 = _mm512_sub_epi8(_mm512_ternarylogic_epi32(lz, h01, m4, 0xE4), k32);
+    const __m512i z23 = _mm512_sub_epi8(_mm512_ternarylogic_epi32(_mm512_srli_epi16(lz, 4), h23, m4, 0xE4), k32);
+    const __m512i *idx = reinterpret_cast<const __m512i *>(kScIdx.v[4 * h]);
+    W[0] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(z01)),
+                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 0), s16));
+    W[1] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z01, 1)),
+                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 1), s16));
+    W[2] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(z23)),
+                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 2), s16));
+    W[3] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z23, 1)),
+                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 3), s16));
+}
+
+static inline float hsum8_avx(__m256 a) {
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+static inline __m256i fold16(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+static inline __m512i ld(const int16_t *p) { return _mm512_loadu_si512(p); }
+
+// One activation row t in the natural layout, R weight rows at a time (independent chains; each
+// activation vector is loaded once for the R rows).
+template <int R>
+static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
+    const MatvecCall &c = *a.c;
+    const int64_t nb = c.cols / LMT_QK_K;
+    const lmt_block_q6_K *blocks[R];
+    __m256 facc[R];
+    LMT_Q6K_UNROLL
+    for (int k = 0; k < R; ++k) {
+        blocks[k] = reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(r + k) * c.row_stride);
+        facc[k] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+        const int64_t tb = t * nb + b;
+        const float dx = a.dx[tb], dxc = a.dxc[tb];
+        const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
+        LMT_Q6K_UNROLL
+        for (int k = 0; k < R; ++k) {
+            const lmt_block_q6_K *bk = blocks[k] + b;
+            prefetch_block(bk);
+            const __m512i s16 = block_scales(bk);
+            const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
+            const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
+            LMT_Q6K_UNROLL
+            for (int h = 0; h < 2; ++h) {
+                __m512i W[4];
+                decode_half(bk, h, s16, W);
+                const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
+                __m512i L = _mm512_madd_epi16(W[0], ld(pa));
+                __m512i C = _mm512_madd_epi16(W[0], ld(pc));
+                LMT_Q6K_UNROLL
+                for (int q = 1; q < 4; ++q) {
+                    L = _mm512_dpwssd_epi32(L, W[q], ld(pa + 32 * q));
+                    C = _mm512_dpwssd_epi32(C, W[q], ld(pc + 32 * q));
+                }
+                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(L)), e, facc[k]);
+                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(C)), ec, facc[k]);
+            }
+        }
+    }
+    LMT_Q6K_UNROLL
+    for (int k = 0; k < R; ++k) c.logits[t * c.rows + r + k] = hsum8_avx(facc[k]);
+}
+
+// P row pairs p0 .. p0 + P - 1 (activation rows 2 p0 .. 2 (p0 + P) - 1) in the pair layout, for
+// weight rows [r0, r1) taken kGroup at a time block-major: the 8 activation rows' block (8 KB)
+// then stays in L1 for kGroup weight rows (row-major, every weight block re-read all of it from
+// L2, which bound the kernel), and the f32 accumulators wait in a small stack array.
+constexpr int64_t kGroup = 16;
+#ifndef LMT_Q6K_GPF
+#define LMT_Q6K_GPF 512  // prefetch distance per row in the block-major order (bytes)
+#endif
+
+template <int P>
+static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) {
+    const MatvecCall &c = *a.c;
+    const int64_t nb = c.cols / LMT_QK_K;
+    alignas(64) float acc[kGroup][P][16];
+    for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
+        const int64_t G = std::min(kGroup, r1 - g0);
+        for (int64_t i = 0; i < G; ++i)
+            LMT_Q6K_UNROLL
+            for (int p = 0; p < P; ++p) _mm512_store_ps(acc[i][p], _mm512_setzero_ps());
+        for (int64_t b = 0; b < nb; ++b) {
+            const int16_t *xa[P], *xc[P];
+            __m512 dx[P], dxc[P];
+            LMT_Q6K_UNROLL
+            for (int p = 0; p < P; ++p) {
+                const int64_t pb = ((p0 + p) * nb + b) * 16;
+                dx[p] = _mm512_loadu_ps(a.dxp + pb);
+                dxc[p] = _mm512_loadu_ps(a.dxcp + pb);
+                xa[p] = a.xap + (p0 + p) * 2 * c.cols + b * 2 * LMT_QK_K;
+                xc[p] = a.xcp + (p0 + p) * 2 * c.cols + b * 2 * LMT_QK_K;
+            }
+            for (int64_t i = 0; i < G; ++i) {
+                const lmt_block_q6_K *bk =
+                    reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(g0 + i) * c.row_stride) + b;
+#if LMT_Q6K_GPF > 0
+                {
+                    const char *ahead = reinterpret_cast<const char *>(bk) + LMT_Q6K_GPF;
+                    _mm_prefetch(ahead, _MM_HINT_T0);
+                    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+                    _mm_prefetch(ahead + 128, _MM_HINT_T0);
+                    _mm_prefetch(ahead + 192, _MM_HINT_T0);
+                }
+#endif
+                const __m512i s16 = block_scales(bk);
+                const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d))));
+                __m512 facc[P];
+                LMT_Q6K_UNROLL
+                for (int p = 0; p < P; ++p) facc[p] = _mm512_load_ps(acc[i][p]);
+                LMT_Q6K_UNROLL
+                for (int h = 0; h < 2; ++h) {
+                    __m512i W[4];
+                    decode_half(bk, h, s16, W);
+                    __m512i L[P], C[P];
+                    LMT_Q6K_UNROLL
+                    for (int q = 0; q < 4; ++q) {
+                        const __m512i Ws = _mm512_shuffle_i64x2(W[q], W[q], 0x4E);  // [j + 1 | j]
+                        const int off = 2 * (128 * h + 32 * q);
+                        LMT_Q6K_UNROLL
+                        for (int p = 0; p < P; ++p) {
+                            if (q == 0) {
+                                L[p] = _mm512_madd_epi16(W[q], ld(xa[p] + off));
+                                C[p] = _mm512_madd_epi16(W[q], ld(xc[p] + off));
+                            } else {
+                                L[p] = _mm512_dpwssd_epi32(L[p], W[q], ld(xa[p] + off));
+                                C[p] = _mm512_dpwssd_epi32(C[p], W[q], ld(xc[p] + off));
+                            }
+                            L[p] = _mm512_dpwssd_epi32(L[p], Ws, ld(xa[p] + off + 32));
+                            C[p] = _mm512_dpwssd_epi32(C[p], Ws, ld(xc[p] + off + 32));
+                        }
+                    }
+                    LMT_Q6K_UNROLL
+                    for (int p = 0; p < P; ++p) {
+                        // e = d * dx per lane (one f32 product, as the scalar reference's d * dx[tb])
+                        facc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(L[p]), _mm512_mul_ps(d, dx[p]), facc[p]);
+                        facc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(C[p]), _mm512_mul_ps(d, dxc[p]), facc[p]);
+                    }
+                }
+                LMT_Q6K_UNROLL
+                for (int p = 0; p < P; ++p) _mm512_store_ps(acc[i][p], facc[p]);
+            }
+        }
+        for (int64_t i = 0; i < G; ++i)
+            LMT_Q6K_UNROLL
+            for (int p = 0; p < P; ++p) {
+                const __m512 v = _mm512_load_ps(acc[i][p]);
+                c.logits[2 * (p0 + p) * c.rows + g0 + i] = hsum8_avx(_mm512_castps512_ps256(v));
+                c.logits[(2 * (p0 + p) + 1) * c.rows + g0 + i] = hsum8_avx(_mm512_extractf32x8_ps(v, 1));
+            }
+    }
+}
+
+}  // namespace
+
+void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1) {
+    const int64_t T = a.c->T, pairs = T / 2;
+    // Up to 4 pairs (8 activation rows) per pass: 8 integer and 4 f32 accumulators plus the
+    // weights and scales fit the 32 zmm registers.
+    for (int64_t p0 = 0; p0 < pairs; p0 += 4) {
+        switch ((int)std::min<int64_t>(4, pairs - p0)) {
+            case 1: rows_pairs<1>(a, r0, r1, p0); break;
+            case 2: rows_pairs<2>(a, r0, r1, p0); break;
+            case 3: rows_pairs<3>(a, r0, r1, p0); break;
+            default: rows_pairs<4>(a, r0, r1, p0); break;
+        }
+    }
+    if (T % 2) {
+        int64_t r = r0;
+        for (; r + LMT_Q6K_R1 <= r1; r += LMT_Q6K_R1) rows_single<LMT_Q6K_R1>(a, r, T - 1);
+        for (; r < r1; ++r) rows_single<1>(a, r, T - 1);
+    }
+}
 
 }  // namespace lmt::cpu

@@ -49,6 +49,13 @@ struct Q6kI24Args {
     const MatvecCall *c;
     const int16_t *xa, *xc;  // (T, cols)
     const float *dx, *dxc;   // (T, cols / 256)
+    // Isa::Avx512 with T >= 2 only (q6_k.cpp q6k_pair_layout fills them): activation rows 2p, 2p+1
+    // (u = 2p + 1) interleaved so one zmm of 32 words feeds both rows. Per pair 2 * cols words; per
+    // 32-weight chunk g (sub-blocks 2g, 2g + 1) 64 words:
+    //   xa[2p][32g + 0..15], xa[u][32g + 16..31], xa[2p][32g + 16..31], xa[u][32g + 0..15]
+    // (xcp likewise) and per pair and block 16 floats dx[2p][b] x 8, dx[u][b] x 8 (dxcp likewise).
+    const int16_t *xap = nullptr, *xcp = nullptr;  // (T / 2, 2 * cols)
+    const float *dxp = nullptr, *dxcp = nullptr;   // (T / 2, cols / 256, 16)
 };
 void matvec_q6_k_i24_scalar(const Q6kI24Args &a, int64_t r0, int64_t r1);
 void matvec_q6_k_i24_avx2(const Q6kI24Args &a, int64_t r0, int64_t r1);
