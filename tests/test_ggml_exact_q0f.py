@@ -6,8 +6,8 @@ rows % 8 == 0 (llama.cpp's default use_extra_bufts), a plain CPU buffer otherwis
 (T, rows) output must be byte-identical for T = 1 .. 16 (ggml switches from vec_dot to llamafile's
 sgemm at T = 2, from the repack gemv to its gemm at T = 4), with 1 and 2 threads on both sides.
 Each type's row lists the ggml builds it reproduces (``ggml_builds``): Q8_0 and Q4_0 the x86 AVX2
-and AVX-512 builds (the same bytes), the float types the AVX2 build only (ggml's AVX-512 build sums
-16 lanes). The comparisons ask lmtail for the oracle's build and skip with the reason where the
+and AVX-512 builds (the same bytes), F32 and F16 both (the AVX-512 build's 16-lane sums have their
+own emulation; F16 not on an AVX512_FP16 CPU), BF16 the AVX2 build only. The comparisons ask lmtail for the oracle's build and skip with the reason where the
 oracle is a build the type does not reproduce or "ggml" is not offered for it on this CPU.
 """
 
@@ -105,7 +105,7 @@ def check(G, q, dtype, cols, x, threads=(1, 2)):
 
 
 QUANT_COLS = (32, 64, 96, 640, 896, 2880, 6656)
-FLOAT_COLS = (1, 7, 8, 37, 64, 96, 100, 200, 640, 896, 2880, 6656)
+FLOAT_COLS = (1, 7, 8, 37, 64, 96, 100, 200, 208, 640, 896, 2880, 6656)
 ROWS = (1, 7, 8, 9, 13, 64)
 
 
@@ -256,17 +256,23 @@ def test_q8_0_full_head_202048x6656_equals_ggml(G):
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_thread_count_never_changes_bytes(dtype):
     """No oracle needed (so it also runs under tools/sanitize.sh): 1, 2 and 3 threads give the same
-    bytes on every path (vec_dot, sgemm, repack gemv/gemm, float leftovers)."""
+    bytes on every path (vec_dot, sgemm, repack gemv/gemm, float leftovers) of every reproduced
+    build, each within float error of float64."""
     need_offered(dtype)
     rng = np.random.default_rng(13)
-    for rows, cols in ((8, 64), (13, 96), (72, 640), (12, 37 if dtype[0] in "FB" else 32)):
+    for rows, cols in ((8, 64), (13, 96), (72, 640), (12, 37 if dtype[0] in "FB" else 32), (8, 208 if dtype[0] in "FB" else 224)):
         q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+        w = lmtail.dequantize(q, dtype, cols).astype(np.float64)
         for T in (1, 2, 4, 5, 9):
             x = rng.standard_normal((T, cols)).astype(np.float32)
-            a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1)
-            assert np.isfinite(a).all()
-            for th in (2, 3):
-                assert np.array_equal(bits(a), bits(lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th)))
+            for b in BUILDS[dtype]:
+                a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1, isa=b)
+                assert np.isfinite(a).all()
+                ref = x.astype(np.float64) @ w.T
+                assert np.linalg.norm(a - ref) <= 2e-2 * np.linalg.norm(ref), (dtype, b, rows, cols, T)
+                for th in (2, 3):
+                    got = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th, isa=b)
+                    assert np.array_equal(bits(a), bits(got)), (dtype, b, rows, cols, T, th)
 
 
 # ---- what is not claimed / bad use -------------------------------------------------------------
@@ -279,21 +285,30 @@ def test_capability_table_lists_ggml_where_the_native_build_is_reproduced(dtype)
     assert ("ggml" in lmtail.capabilities()["cpu"]["matvec"]["by_dtype"][dtype]["precisions"]) == expect
 
 
+def _cpu_flag(flag):
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(flag in line.split() for line in f if line.startswith("flags"))
+    except OSError:  # pragma: no cover
+        return False
+
+
 @needs_x86
 def test_reproduced_builds():
     """Q8_0 / Q4_0: ggml's AVX-512 build gives the AVX2 build's bytes (its 512-bit and VNNI code
-    changes exact integer sums only); the float types' AVX-512 build sums 16 lanes: AVX2 only."""
-    assert BUILDS == {"F32": ["avx2"], "F16": ["avx2"], "Q4_0": ["avx2", "avx512"], "Q8_0": ["avx2", "avx512"],
-                      "BF16": ["avx2"]}
+    changes exact integer sums only); F32 / F16 have an emulation of its 16-lane sums (F16 not on
+    an AVX512_FP16 CPU, whose native build sums in fp16); BF16's AVX-512 build is not reproduced."""
+    both = ["avx2", "avx512"]
+    f16 = ["avx2"] if _cpu_flag("avx512_fp16") else both
+    assert BUILDS == {"F32": both, "F16": f16, "Q4_0": both, "Q8_0": both, "BF16": ["avx2"]}
 
 
 @needs_x86
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "scalar"])
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_unclaimed_ggml_builds_are_unsupported(dtype, isa):
-    """A build the type does not reproduce (the float types' AVX-512 build sums 16 lanes wide;
-    scalar builds take other orders) is refused, not guessed; where "ggml" is not offered at all
-    every isa is refused."""
+    """A build the type does not reproduce (BF16's AVX-512 build, vdpbf16ps; scalar builds take
+    other orders) is refused, not guessed; where "ggml" is not offered at all every isa is refused."""
     if isa in BUILDS[dtype] and dtype in OFFERED:
         pytest.skip(f"ggml's {isa} build is reproduced for {dtype} (compared in the byte tests)")
     q = raw(dtype, np.ones((8, 64), np.float32))

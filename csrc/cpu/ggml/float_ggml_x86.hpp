@@ -17,6 +17,16 @@
 //     F16:  s = (double)reduce4_hadd; s += (double)(w * x) per leftover (products are exact);
 //           logit = (float)s;
 //     BF16: s = (double)reduce4_bf16; leftovers as F16.
+//
+// ggml's AVX-512 build (F32, F16; emulated here with AVX2 code, 16 lanes as two halves):
+// * tinyBLAS<16, __m512> when T >= 2, cols % 16 == 0 and rows % 4 == 0: 16 FMA lanes stepping
+//   16, logit = reduce16 (GCC's _mm512_reduce_add_ps: hi256 + lo256, hi128 + lo128, (s0 + s2,
+//   s1 + s3), their sum);
+// * otherwise vec_dot with GGML_F32_STEP 64: four 16-lane accumulators over np = cols & ~63,
+//   (a0 + a2) + (a1 + a3), reduce16, then the leftovers: F32 in f32, s = s + round(w * x) for
+//   the first 8 * floor((cols - np) / 8) and s = fma(w, x, s) for the rest (the oracle's GCC 12
+//   vectorised the leftover loop by 16 and 8 without contraction); F16 in double as above.
+// F16's AVX-512 build is the one without AVX512_FP16 (which would sum in fp16: not reproduced).
 #pragma once
 
 #include "cpu/ggml/q0f_ggml.hpp"
@@ -98,16 +108,82 @@ inline void sgemm_dot(const uint8_t *row, const float *const *x, int64_t n, floa
     for (int j = 0; j < N; ++j) out[j] = hsum8(acc[j]);
 }
 
+// 16 float lanes held as two AVX2 halves (lanes 0-7, 8-15): ggml's AVX-512 build's __m512.
+struct V16 {
+    __m256 lo, hi;
+};
+static inline V16 v16_zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+static inline V16 v16_add(V16 a, V16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+template <class W>
+static inline V16 v16_fma(const uint8_t *row, const float *x, int64_t i, V16 acc) {
+    return {_mm256_fmadd_ps(W::load8(row, i), _mm256_loadu_ps(x + i), acc.lo),
+            _mm256_fmadd_ps(W::load8(row, i + 8), _mm256_loadu_ps(x + i + 8), acc.hi)};
+}
+// GCC 12's _mm512_reduce_add_ps, operand order kept (NaN payloads follow the first operand).
+static inline float reduce16(V16 v) {
+    const __m256 t3 = _mm256_add_ps(v.hi, v.lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+
+// vec_dot_f32 / vec_dot_f16 of ggml's AVX-512 build (see the header comment).
 template <class W, VecDot K>
-void float_matvec_ggml(const MatvecCall &c) {
+inline float vec_dot512(const uint8_t *row, const float *x, int64_t n) {
+    static_assert(K != VecDot::BF16, "ggml's AVX-512 BF16 build (vdpbf16ps) is not reproduced");
+    const int64_t np = n & ~(int64_t)63;
+    V16 a0 = v16_zero(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < np; i += 64) {
+        a0 = v16_fma<W>(row, x, i, a0);
+        a1 = v16_fma<W>(row, x, i + 16, a1);
+        a2 = v16_fma<W>(row, x, i + 32, a2);
+        a3 = v16_fma<W>(row, x, i + 48, a3);
+    }
+    const float r = reduce16(v16_add(v16_add(a0, a2), v16_add(a1, a3)));
+    if constexpr (K == VecDot::F32) {
+        float s = r;
+        const int64_t n8 = np + ((n - np) & ~(int64_t)7);
+        for (int64_t i = np; i < n8; ++i) s = s + W::at(row, i) * x[i];
+        for (int64_t i = n8; i < n; ++i) s = std::fma(W::at(row, i), x[i], s);
+        return s;
+    } else {
+        double s = (double)r;
+        for (int64_t i = np; i < n; ++i) s += (double)(W::at(row, i) * x[i]);
+        return (float)s;
+    }
+}
+
+// tinyBLAS<16, __m512>'s per-element sum for up to 8 activation rows.
+template <class W, int N>
+inline void sgemm_dot512(const uint8_t *row, const float *const *x, int64_t n, float *out) {
+    V16 acc[N];
+    for (int j = 0; j < N; ++j) acc[j] = v16_zero();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __m256 wl = W::load8(row, i), wh = W::load8(row, i + 8);
+        for (int j = 0; j < N; ++j)
+            acc[j] = {_mm256_fmadd_ps(wl, _mm256_loadu_ps(x[j] + i), acc[j].lo),
+                      _mm256_fmadd_ps(wh, _mm256_loadu_ps(x[j] + i + 8), acc[j].hi)};
+    }
+    for (int j = 0; j < N; ++j) out[j] = reduce16(acc[j]);
+}
+
+// Z512: ggml's AVX-512 build (16 lanes), else its AVX2 build.
+template <class W, VecDot K, bool Z512>
+void float_matvec_ggml_build(const MatvecCall &c) {
     std::vector<float> xv((size_t)(c.T * c.cols));
     W::prepare(c.x, xv.data(), c.T * c.cols);
-    const bool sgemm = c.T >= 2 && c.cols % 8 == 0 && c.rows % 4 == 0;
+    const bool sgemm = c.T >= 2 && c.cols % (Z512 ? 16 : 8) == 0 && c.rows % 4 == 0;
     for_row_tasks(c.n_threads, c.rows, 32, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const uint8_t *row = c.w + (size_t)r * c.row_stride;
             if (!sgemm) {
-                for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r] = vec_dot<W, K>(row, &xv[(size_t)(t * c.cols)], c.cols);
+                for (int64_t t = 0; t < c.T; ++t) {
+                    const float *xt = &xv[(size_t)(t * c.cols)];
+                    if constexpr (Z512)
+                        c.logits[t * c.rows + r] = vec_dot512<W, K>(row, xt, c.cols);
+                    else
+                        c.logits[t * c.rows + r] = vec_dot<W, K>(row, xt, c.cols);
+                }
                 continue;
             }
             for (int64_t t = 0; t < c.T; t += 8) {
@@ -115,14 +191,29 @@ void float_matvec_ggml(const MatvecCall &c) {
                 const float *xs[8];
                 for (int j = 0; j < 8; ++j) xs[j] = &xv[(size_t)((t + std::min(j, n - 1)) * c.cols)];
                 float out[8];
-                if (n <= 4)
+                if constexpr (Z512) {
+                    if (n <= 4)
+                        sgemm_dot512<W, 4>(row, xs, c.cols, out);
+                    else
+                        sgemm_dot512<W, 8>(row, xs, c.cols, out);
+                } else if (n <= 4) {
                     sgemm_dot<W, 4>(row, xs, c.cols, out);
-                else
+                } else {
                     sgemm_dot<W, 8>(row, xs, c.cols, out);
+                }
                 for (int j = 0; j < n; ++j) c.logits[(t + j) * c.rows + r] = out[j];
             }
         }
     });
+}
+
+// c.isa is the emulated ggml build: Avx2, or Avx512 (F32 / F16 only; matvec checked the row).
+template <class W, VecDot K>
+void float_matvec_ggml(const MatvecCall &c) {
+    if constexpr (K != VecDot::BF16) {
+        if (c.isa == Isa::Avx512) return float_matvec_ggml_build<W, K, true>(c);
+    }
+    float_matvec_ggml_build<W, K, false>(c);
 }
 
 }  // namespace lmt::cpu::ggml_x86

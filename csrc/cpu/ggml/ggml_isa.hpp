@@ -35,14 +35,25 @@ constexpr uint32_t ggml_build_bit(Isa build) { return 1u << (int)build; }
 //   CPU_REPACK gemv / gemm with their AVX512 loops, quantize_row_q8_0 / q8_K): its 512-bit and
 //   VNNI code changes only exact integer sums, and every float is formed in the same order.
 //   ggml's AVX-512 builds without VNNI take the AVX2 integer code, so they agree too.
-// * F32, F16, BF16: the AVX-512 build sums 16 lanes (vec_dot's GGML_F32_STEP 64, tinyBLAS<16,
-//   __m512>; BF16 with AVX512_BF16 uses vdpbf16ps), so only the AVX2 build is reproduced.
+// * F32, F16: the AVX-512 build sums 16 lanes (vec_dot's GGML_F32_STEP 64, tinyBLAS<16, __m512>);
+//   its own emulation (cpu/ggml/float_ggml_x86.hpp, 16 lanes as two AVX2 halves). F16's AVX-512
+//   build on a CPU with AVX512_FP16 sums in fp16 instead: not reproduced, so there the F16 row
+//   lists the AVX2 build only.
+// * BF16: only the AVX2 build (the AVX-512 build with AVX512_BF16 sums pairs by vdpbf16ps).
 #if defined(LMTAIL_HAVE_X86)
 constexpr uint32_t kGgmlBuildsInt = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
-constexpr uint32_t kGgmlBuildsFloat = ggml_build_bit(Isa::Avx2);
+constexpr uint32_t kGgmlBuildsF32 = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
+constexpr uint32_t kGgmlBuildsBF16 = ggml_build_bit(Isa::Avx2);
+// Read once when the F16 row is initialised (a dynamic initialiser, before any call).
+inline uint32_t ggml_builds_f16() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512fp16") ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32;
+}
 #else
 constexpr uint32_t kGgmlBuildsInt = 0;
-constexpr uint32_t kGgmlBuildsFloat = 0;
+constexpr uint32_t kGgmlBuildsF32 = 0;
+constexpr uint32_t kGgmlBuildsBF16 = 0;
+inline uint32_t ggml_builds_f16() { return 0; }
 #endif
 
 // "avx2, avx512" (or "none").

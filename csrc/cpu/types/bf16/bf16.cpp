@@ -7,7 +7,7 @@ namespace lmt::cpu {
 namespace {
 
 void bf16_matvec(const MatvecCall &c) {
-    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(bf16_matvec_ggml_avx2), "BF16", kGgmlBuildsFloat)) return;
+    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(bf16_matvec_ggml_avx2), "BF16", kGgmlBuildsBF16)) return;
 #if defined(LMTAIL_HAVE_X86)
     float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_avx2);
 #elif defined(LMTAIL_HAVE_NEON)
@@ -21,6 +21,6 @@ void bf16_matvec(const MatvecCall &c) {
 
 const CpuTypeImpl kCpuBF16{WeightType::BF16, precision_bit(Precision::F32) | LMT_Q0F_GGML_BIT, Precision::F32, bf16_matvec,
                            float_quantize_16<f32_to_bf16_ggml>, float_dequantize<BF16Weights>,
-                           kGgmlBuildsFloat, kGgmlFloatNotReproduced};
+                           kGgmlBuildsBF16, kGgmlFloatNotReproduced};
 
 }  // namespace lmt::cpu
