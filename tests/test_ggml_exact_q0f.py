@@ -6,8 +6,8 @@ rows % 8 == 0 (llama.cpp's default use_extra_bufts), a plain CPU buffer otherwis
 (T, rows) output must be byte-identical for T = 1 .. 16 (ggml switches from vec_dot to llamafile's
 sgemm at T = 2, from the repack gemv to its gemm at T = 4), with 1 and 2 threads on both sides.
 Each type's row lists the ggml builds it reproduces (``ggml_builds``): Q8_0 and Q4_0 the x86 AVX2
-and AVX-512 builds (the same bytes), F32 and F16 both (the AVX-512 build's 16-lane sums have their
-own emulation; F16 not on an AVX512_FP16 CPU), BF16 the AVX2 build only. The comparisons ask lmtail for the oracle's build and skip with the reason where the
+and AVX-512 builds (the same bytes), the float types both (the AVX-512 build's 16-lane sums have
+their own emulation; F16 not on an AVX512_FP16 CPU, BF16 only on an AVX512_BF16 CPU: vdpbf16ps). The comparisons ask lmtail for the oracle's build and skip with the reason where the
 oracle is a build the type does not reproduce or "ggml" is not offered for it on this CPU.
 """
 
@@ -188,6 +188,29 @@ def test_nonfinite_float_weights_match_ggml(G, dtype):
 
 
 @pytest.mark.oracle
+@pytest.mark.parametrize("dtype", ["F16", "BF16", "F32"])
+def test_denormals_match_ggml(G, dtype):
+    """Tiny weights and activations: denormal products and denormal inputs (vdpbf16ps flushes
+    both in ggml's AVX512_BF16 build; the other paths keep them), at every path."""
+    rng = np.random.default_rng(14)
+    for rows, cols in ((16, 96), (13, 128), (8, 1024)):
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        w[: rows // 2] *= np.float32(1e-20 if dtype != "F16" else 1e-6)  # f16: denormal weights
+        w[rows // 2 : rows // 2 + 2] *= np.float32(1e-39 if dtype != "F16" else 1e-7)
+        if dtype == "F32":
+            q = w.view(np.uint8)
+        elif dtype == "F16":
+            q = w.astype(np.float16).view(np.uint8)
+        else:
+            q = (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        for T in (1, 2, 8):
+            x = rng.standard_normal((T, cols)).astype(np.float32)
+            x[0] *= np.float32(1e-20)
+            x[-1, : cols // 2] *= np.float32(1e-39)
+            check(G, q, dtype, cols, x)
+
+
+@pytest.mark.oracle
 def test_q8_0_extreme_weight_bytes_match_ggml(G):
     """Raw Q8_0 bytes no quantiser writes: q = -128 (ggml's sign trick: |-128| = 128 unsigned),
     zero and huge scales."""
@@ -296,19 +319,22 @@ def _cpu_flag(flag):
 @needs_x86
 def test_reproduced_builds():
     """Q8_0 / Q4_0: ggml's AVX-512 build gives the AVX2 build's bytes (its 512-bit and VNNI code
-    changes exact integer sums only); F32 / F16 have an emulation of its 16-lane sums (F16 not on
-    an AVX512_FP16 CPU, whose native build sums in fp16); BF16's AVX-512 build is not reproduced."""
+    changes exact integer sums only); the float types have an emulation of its 16-lane sums, F16
+    not on an AVX512_FP16 CPU (its native build sums in fp16), BF16 only on an AVX512_BF16 CPU
+    (vdpbf16ps; the AVX512F-only variant is not verified)."""
     both = ["avx2", "avx512"]
     f16 = ["avx2"] if _cpu_flag("avx512_fp16") else both
-    assert BUILDS == {"F32": both, "F16": f16, "Q4_0": both, "Q8_0": both, "BF16": ["avx2"]}
+    bf16 = both if _cpu_flag("avx512_bf16") else ["avx2"]
+    assert BUILDS == {"F32": both, "F16": f16, "Q4_0": both, "Q8_0": both, "BF16": bf16}
 
 
 @needs_x86
 @pytest.mark.parametrize("isa", ["avx2", "avx512", "scalar"])
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_unclaimed_ggml_builds_are_unsupported(dtype, isa):
-    """A build the type does not reproduce (BF16's AVX-512 build, vdpbf16ps; scalar builds take
-    other orders) is refused, not guessed; where "ggml" is not offered at all every isa is refused."""
+    """A build the type does not reproduce (scalar builds take other orders; F16 / BF16 AVX-512
+    variants, see test_reproduced_builds) is refused, not guessed; where "ggml" is not offered at all
+    every isa is refused."""
     if isa in BUILDS[dtype] and dtype in OFFERED:
         pytest.skip(f"ggml's {isa} build is reproduced for {dtype} (compared in the byte tests)")
     q = raw(dtype, np.ones((8, 64), np.float32))

@@ -27,7 +27,16 @@
 //   the first 8 * floor((cols - np) / 8) and s = fma(w, x, s) for the rest (the oracle's GCC 12
 //   vectorised the leftover loop by 16 and 8 without contraction); F16 in double as above.
 // F16's AVX-512 build is the one without AVX512_FP16 (which would sum in fp16: not reproduced).
+// BF16's AVX-512 build is the one with AVX512_BF16 (vdpbf16ps; the AVX512F-only variant is not
+// verified, so not claimed): lane j of a 16-lane accumulator takes the bf16 pair (2j, 2j + 1) of
+// each 32-element step as acc = (acc + w[2j+1] x[2j+1]) + w[2j] x[2j] with the instruction's
+// DAZ / FTZ (denormal inputs and results -> signed zero; the products are exact otherwise):
+// * tinyBLAS<32, __m512bh> when T >= 2, cols % 32 == 0 and rows % 4 == 0: logit = reduce16;
+// * otherwise vec_dot: two such accumulators over 64-element steps, s = 0.0 (double),
+//   s += reduce16(c1), s += reduce16(c2), then the leftovers in double as the AVX2 build.
 #pragma once
+
+#include <cfloat>
 
 #include "cpu/ggml/q0f_ggml.hpp"
 #include "cpu/ggml/q0f_ggml_x86.hpp"
@@ -207,10 +216,77 @@ void float_matvec_ggml_build(const MatvecCall &c) {
     });
 }
 
-// c.isa is the emulated ggml build: Avx2, or Avx512 (F32 / F16 only; matvec checked the row).
+// ---- BF16, ggml's AVX-512 + AVX512_BF16 build (see the header comment) ----
+
+// vdpbf16ps's denormal rule: a denormal becomes the zero of its sign (NaN and inf kept).
+static inline __m256 dp_flush(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), _mm256_set1_ps(FLT_MIN), _CMP_LT_OQ);
+    return _mm256_blendv_ps(v, _mm256_and_ps(v, sign), tiny);
+}
+// 8 lanes of vdpbf16ps over the 16 bf16 at w and x: lane j takes the pair (2j, 2j + 1).
+static inline __m256 dpbf16_8(__m256 acc, const uint8_t *w, const uint16_t *x) {
+    const __m256i wv = _mm256_loadu_si256((const __m256i *)w), xv = _mm256_loadu_si256((const __m256i *)x);
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    const __m256 we = dp_flush(_mm256_castsi256_ps(_mm256_slli_epi32(wv, 16)));
+    const __m256 wo = dp_flush(_mm256_castsi256_ps(_mm256_and_si256(wv, hi)));
+    const __m256 xe = dp_flush(_mm256_castsi256_ps(_mm256_slli_epi32(xv, 16)));
+    const __m256 xo = dp_flush(_mm256_castsi256_ps(_mm256_and_si256(xv, hi)));
+    acc = dp_flush(_mm256_add_ps(acc, dp_flush(_mm256_mul_ps(wo, xo))));
+    return dp_flush(_mm256_add_ps(acc, dp_flush(_mm256_mul_ps(we, xe))));
+}
+// One 16-lane vdpbf16ps step over the 32 elements at i.
+static inline V16 dpbf16_16(V16 acc, const uint8_t *row, const uint16_t *x, int64_t i) {
+    return {dpbf16_8(acc.lo, row + 2 * i, x + i), dpbf16_8(acc.hi, row + 2 * (i + 16), x + i + 16)};
+}
+
+inline float vec_dot_bf16_512(const uint8_t *row, const uint16_t *xb, const float *xf, int64_t n) {
+    V16 c1 = v16_zero(), c2 = c1;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        c1 = dpbf16_16(c1, row, xb, i);
+        c2 = dpbf16_16(c2, row, xb, i + 32);
+    }
+    double s = 0.0;
+    s += (double)reduce16(c1);
+    s += (double)reduce16(c2);
+    for (; i < n; ++i) s += (double)(BF16W::at(row, i) * xf[i]);
+    return (float)s;
+}
+
+inline void bf16_matvec_ggml_512(const MatvecCall &c) {
+    std::vector<float> xv((size_t)(c.T * c.cols));
+    BF16W::prepare(c.x, xv.data(), c.T * c.cols);
+    std::vector<uint16_t> xb(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) {
+        uint32_t u;
+        std::memcpy(&u, &xv[i], 4);
+        xb[i] = (uint16_t)(u >> 16);
+    }
+    const bool sgemm = c.T >= 2 && c.cols % 32 == 0 && c.rows % 4 == 0;
+    for_row_tasks(c.n_threads, c.rows, 32, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t *row = c.w + (size_t)r * c.row_stride;
+            for (int64_t t = 0; t < c.T; ++t) {
+                const size_t o = (size_t)(t * c.cols);
+                if (!sgemm) {
+                    c.logits[t * c.rows + r] = vec_dot_bf16_512(row, &xb[o], &xv[o], c.cols);
+                    continue;
+                }
+                V16 acc = v16_zero();
+                for (int64_t i = 0; i < c.cols; i += 32) acc = dpbf16_16(acc, row, &xb[o], i);
+                c.logits[t * c.rows + r] = reduce16(acc);
+            }
+        }
+    });
+}
+
+// c.isa is the emulated ggml build: Avx2 or Avx512 (matvec checked it against the row).
 template <class W, VecDot K>
 void float_matvec_ggml(const MatvecCall &c) {
-    if constexpr (K != VecDot::BF16) {
+    if constexpr (K == VecDot::BF16) {
+        if (c.isa == Isa::Avx512) return bf16_matvec_ggml_512(c);
+    } else {
         if (c.isa == Isa::Avx512) return float_matvec_ggml_build<W, K, true>(c);
     }
     float_matvec_ggml_build<W, K, false>(c);

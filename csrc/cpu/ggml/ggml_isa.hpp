@@ -39,21 +39,27 @@ constexpr uint32_t ggml_build_bit(Isa build) { return 1u << (int)build; }
 //   its own emulation (cpu/ggml/float_ggml_x86.hpp, 16 lanes as two AVX2 halves). F16's AVX-512
 //   build on a CPU with AVX512_FP16 sums in fp16 instead: not reproduced, so there the F16 row
 //   lists the AVX2 build only.
-// * BF16: only the AVX2 build (the AVX-512 build with AVX512_BF16 sums pairs by vdpbf16ps).
+// * BF16: the AVX-512 build with AVX512_BF16 sums bf16 pairs by vdpbf16ps (emulated, DAZ / FTZ
+//   included); on an AVX-512 CPU without AVX512_BF16 ggml's BF16 code is another (unverified)
+//   variant, so there the BF16 row lists the AVX2 build only.
 #if defined(LMTAIL_HAVE_X86)
 constexpr uint32_t kGgmlBuildsInt = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
 constexpr uint32_t kGgmlBuildsF32 = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
-constexpr uint32_t kGgmlBuildsBF16 = ggml_build_bit(Isa::Avx2);
-// Read once when the F16 row is initialised (a dynamic initialiser, before any call).
+// Read once when the F16 / BF16 rows are initialised (dynamic initialisers, before any call):
+// which AVX-512 variant a native ggml build here is decides whether it is the one reproduced.
 inline uint32_t ggml_builds_f16() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512fp16") ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32;
 }
+inline uint32_t ggml_builds_bf16() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") ? kGgmlBuildsF32 : ggml_build_bit(Isa::Avx2);
+}
 #else
 constexpr uint32_t kGgmlBuildsInt = 0;
 constexpr uint32_t kGgmlBuildsF32 = 0;
-constexpr uint32_t kGgmlBuildsBF16 = 0;
 inline uint32_t ggml_builds_f16() { return 0; }
+inline uint32_t ggml_builds_bf16() { return 0; }
 #endif
 
 // "avx2, avx512" (or "none").

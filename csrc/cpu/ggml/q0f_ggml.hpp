@@ -2,8 +2,8 @@
 // to, and the build check they share. What each reproduces (ggml-cpu of llama-cpp-python 0.3.36,
 // x86 AVX2 + FMA + F16C build, LLAMAFILE and CPU_REPACK on) is written at its kernel; the summary
 // is in docs/DESIGN.md ("precision='ggml'", the Q8_0/Q4_0/float subsection). Q8_0 and Q4_0 also
-// reproduce ggml's AVX-512 build (same bytes: cpu/ggml/ggml_isa.hpp), F32 / F16 by their own
-// emulation of it (float_ggml_x86.hpp), BF16 not.
+// reproduce ggml's AVX-512 build (same bytes: cpu/ggml/ggml_isa.hpp), the float types by their
+// own emulation of it (float_ggml_x86.hpp; which AVX-512 variants: ggml_isa.hpp).
 #pragma once
 
 #include <string>
@@ -16,8 +16,8 @@ namespace lmt::cpu {
 // Why the builds outside a row's ggml_builds are refused (the error names it).
 constexpr const char *kGgmlQ0NotReproduced = "ggml's NEON and scalar builds use other dot products";
 constexpr const char *kGgmlFloatNotReproduced =
-    "F16's AVX-512 build on an AVX512_FP16 CPU sums in fp16, BF16's AVX-512 build by vdpbf16ps; NEON and "
-    "scalar builds use other orders: other bytes";
+    "F16's AVX-512 build on an AVX512_FP16 CPU sums in fp16, BF16's on an AVX-512 CPU without AVX512_BF16 "
+    "takes unverified code; NEON and scalar builds use other orders";
 
 #if defined(LMTAIL_HAVE_X86)
 
