@@ -200,11 +200,9 @@ void float_matvec_ggml_build(const MatvecCall &c) {
                 const float *xs[8];
                 for (int j = 0; j < 8; ++j) xs[j] = &xv[(size_t)((t + std::min(j, n - 1)) * c.cols)];
                 float out[8];
-                if constexpr (Z512) {
-                    if (n <= 4)
-                        sgemm_dot512<W, 4>(row, xs, c.cols, out);
-                    else
-                        sgemm_dot512<W, 8>(row, xs, c.cols, out);
+                if constexpr (Z512) {  // 4 activations per pass: 8 + 2 ymm registers, no spills
+                    sgemm_dot512<W, 4>(row, xs, c.cols, out);
+                    if (n > 4) sgemm_dot512<W, 4>(row, xs + 4, c.cols, out + 4);
                 } else if (n <= 4) {
                     sgemm_dot<W, 4>(row, xs, c.cols, out);
                 } else {
@@ -224,59 +222,117 @@ static inline __m256 dp_flush(__m256 v) {
     const __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(sign, v), _mm256_set1_ps(FLT_MIN), _CMP_LT_OQ);
     return _mm256_blendv_ps(v, _mm256_and_ps(v, sign), tiny);
 }
-// 8 lanes of vdpbf16ps over the 16 bf16 at w and x: lane j takes the pair (2j, 2j + 1).
-static inline __m256 dpbf16_8(__m256 acc, const uint8_t *w, const uint16_t *x) {
-    const __m256i wv = _mm256_loadu_si256((const __m256i *)w), xv = _mm256_loadu_si256((const __m256i *)x);
-    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
-    const __m256 we = dp_flush(_mm256_castsi256_ps(_mm256_slli_epi32(wv, 16)));
-    const __m256 wo = dp_flush(_mm256_castsi256_ps(_mm256_and_si256(wv, hi)));
-    const __m256 xe = dp_flush(_mm256_castsi256_ps(_mm256_slli_epi32(xv, 16)));
-    const __m256 xo = dp_flush(_mm256_castsi256_ps(_mm256_and_si256(xv, hi)));
-    acc = dp_flush(_mm256_add_ps(acc, dp_flush(_mm256_mul_ps(wo, xo))));
-    return dp_flush(_mm256_add_ps(acc, dp_flush(_mm256_mul_ps(we, xe))));
-}
-// One 16-lane vdpbf16ps step over the 32 elements at i.
-static inline V16 dpbf16_16(V16 acc, const uint8_t *row, const uint16_t *x, int64_t i) {
-    return {dpbf16_8(acc.lo, row + 2 * i, x + i), dpbf16_8(acc.hi, row + 2 * (i + 16), x + i + 16)};
+
+// 8 lanes of vdpbf16ps: lane j += wo[j] xo[j], then += we[j] xe[j] (the pair's odd element first).
+// Exact: every input, product and sum flushed as the instruction does. Fast: no flush, which is
+// the same value whenever no input is denormal and every nonzero product is >= 2^-103 (then each
+// partial sum is a multiple of 2^-126, so zero or normal, and nothing is ever flushed).
+template <bool Exact>
+static inline __m256 dp8(__m256 acc, __m256 we, __m256 wo, __m256 xe, __m256 xo) {
+    if constexpr (Exact) {
+        acc = dp_flush(_mm256_add_ps(acc, dp_flush(_mm256_mul_ps(dp_flush(wo), dp_flush(xo)))));
+        return dp_flush(_mm256_add_ps(acc, dp_flush(_mm256_mul_ps(dp_flush(we), dp_flush(xe)))));
+    } else {
+        return _mm256_add_ps(_mm256_add_ps(acc, _mm256_mul_ps(wo, xo)), _mm256_mul_ps(we, xe));
+    }
 }
 
-inline float vec_dot_bf16_512(const uint8_t *row, const uint16_t *xb, const float *xf, int64_t n) {
-    V16 c1 = v16_zero(), c2 = c1;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        c1 = dpbf16_16(c1, row, xb, i);
-        c2 = dpbf16_16(c2, row, xb, i + 32);
+// Activations split once per call: for each 16-element group, its 8 even and 8 odd elements
+// (lane j = the pair (2j, 2j + 1)), as floats.
+struct Bf16PairActs {
+    int64_t stride = 0;  // per activation row: 8 per started 16-element group
+    std::vector<float> ev, od;
+    uint32_t min_nonzero_bits = 0x7F800000u;  // smallest nonzero |x| (bits), inf if none
+};
+
+// The row's logits for every t (vec_dot: two accumulators over 64-element steps and double
+// leftovers; sgemm: one accumulator over 32-element steps). Fast returns false, having written
+// nothing final, when a weight in (0, tau_bits) (bf16 magnitude bits) makes it inexact.
+template <bool Exact>
+inline bool bf16_row_512(const MatvecCall &c, const uint8_t *row, const float *xv, const Bf16PairActs &xa,
+                         bool sgemm, uint16_t tau_bits, int64_t r) {
+    const int64_t n = c.cols;
+    const int64_t n64 = sgemm ? n : n & ~(int64_t)63;
+    const __m256i hi = _mm256_set1_epi32((int)0xFFFF0000u);
+    const __m256i mag = _mm256_set1_epi16(0x7FFF), tau1 = _mm256_set1_epi16((short)(tau_bits - 1));
+    __m256i bad = _mm256_setzero_si256();
+    for (int64_t t = 0; t < c.T; ++t) {
+        const float *xe = &xa.ev[(size_t)(t * xa.stride)], *xo = &xa.od[(size_t)(t * xa.stride)];
+        // the 16-element group at i into the 8 lanes acc (one half of a zmm accumulator)
+        const auto group = [&](int64_t i, __m256 &acc) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(row + 2 * i));
+            if (!Exact && t == 0) {  // 0 < |w| <= tau  <=>  |w| - 1 <= tau - 1 (unsigned 16-bit)
+                const __m256i m1 = _mm256_sub_epi16(_mm256_and_si256(wv, mag), _mm256_set1_epi16(1));
+                bad = _mm256_or_si256(bad, _mm256_cmpeq_epi16(_mm256_min_epu16(m1, tau1), m1));
+            }
+            const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(wv, 16));
+            const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(wv, hi));
+            acc = dp8<Exact>(acc, we, wo, _mm256_loadu_ps(xe + i / 2), _mm256_loadu_ps(xo + i / 2));
+        };
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        float *out = &c.logits[t * c.rows + r];
+        if (sgemm) {  // one zmm accumulator (a0, a1) over 32-element steps
+            for (int64_t i = 0; i < n64; i += 32) {
+                group(i, a0);
+                group(i + 16, a1);
+            }
+            *out = reduce16({a0, a1});
+        } else {  // vec_dot: c1 = (a0, a1), c2 = (a2, a3) over 64-element steps
+            for (int64_t i = 0; i < n64; i += 64) {
+                group(i, a0);
+                group(i + 16, a1);
+                group(i + 32, a2);
+                group(i + 48, a3);
+            }
+            double s = 0.0;
+            s += (double)reduce16({a0, a1});
+            s += (double)reduce16({a2, a3});
+            for (int64_t i = n64; i < n; ++i) s += (double)(BF16W::at(row, i) * xv[(size_t)(t * n + i)]);
+            *out = (float)s;
+        }
+        if (!Exact && t == 0 && !_mm256_testz_si256(bad, bad)) return false;
     }
-    double s = 0.0;
-    s += (double)reduce16(c1);
-    s += (double)reduce16(c2);
-    for (; i < n; ++i) s += (double)(BF16W::at(row, i) * xf[i]);
-    return (float)s;
+    return true;
 }
 
 inline void bf16_matvec_ggml_512(const MatvecCall &c) {
     std::vector<float> xv((size_t)(c.T * c.cols));
     BF16W::prepare(c.x, xv.data(), c.T * c.cols);
-    std::vector<uint16_t> xb(xv.size());
-    for (size_t i = 0; i < xv.size(); ++i) {
-        uint32_t u;
-        std::memcpy(&u, &xv[i], 4);
-        xb[i] = (uint16_t)(u >> 16);
+    Bf16PairActs xa;
+    xa.stride = (c.cols + 15) / 16 * 8;
+    xa.ev.assign((size_t)(c.T * xa.stride), 0.0f);
+    xa.od.assign((size_t)(c.T * xa.stride), 0.0f);
+    bool x_denormal = false;
+    for (int64_t t = 0; t < c.T; ++t)
+        for (int64_t i = 0; i < c.cols; ++i) {
+            const float v = xv[(size_t)(t * c.cols + i)];
+            uint32_t u;
+            std::memcpy(&u, &v, 4);
+            const uint32_t a = u & 0x7FFFFFFFu;
+            if (a != 0 && a < xa.min_nonzero_bits) xa.min_nonzero_bits = a;
+            x_denormal |= a != 0 && a < 0x00800000u;
+            (i % 2 ? xa.od : xa.ev)[(size_t)(t * xa.stride + i / 16 * 8 + (i % 16) / 2)] = v;
+        }
+    // The fast rows need nonzero |w| >= tau = max(FLT_MIN, 2^-103 / min|x|), tau rounded up to bf16.
+    uint16_t tau_bits = 0;  // 0: every row exact
+    if (!x_denormal) {
+        float xmin;
+        std::memcpy(&xmin, &xa.min_nonzero_bits, 4);
+        const double tau = std::max((double)FLT_MIN, std::ldexp(1.0, -103) / (double)xmin);
+        if (tau < 1e30) {
+            const float tf = (float)tau;
+            uint32_t u;
+            std::memcpy(&u, &tf, 4);
+            if ((double)tf < tau) ++u;  // (float) rounded down: the next float up
+            tau_bits = (uint16_t)((u + 0xFFFFu) >> 16);
+        }
     }
     const bool sgemm = c.T >= 2 && c.cols % 32 == 0 && c.rows % 4 == 0;
     for_row_tasks(c.n_threads, c.rows, 32, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             const uint8_t *row = c.w + (size_t)r * c.row_stride;
-            for (int64_t t = 0; t < c.T; ++t) {
-                const size_t o = (size_t)(t * c.cols);
-                if (!sgemm) {
-                    c.logits[t * c.rows + r] = vec_dot_bf16_512(row, &xb[o], &xv[o], c.cols);
-                    continue;
-                }
-                V16 acc = v16_zero();
-                for (int64_t i = 0; i < c.cols; i += 32) acc = dpbf16_16(acc, row, &xb[o], i);
-                c.logits[t * c.rows + r] = reduce16(acc);
-            }
+            if (tau_bits == 0 || !bf16_row_512<false>(c, row, xv.data(), xa, sgemm, tau_bits, r))
+                bf16_row_512<true>(c, row, xv.data(), xa, sgemm, tau_bits, r);
         }
     });
 }
