@@ -5,8 +5,10 @@ puts it (``MatMul(..., repack=True)``: the CPU_REPACK buffer, which repacks Q4_K
 T < 8, the tiled matmul for T >= 8, CPU_REPACK's gemv / gemm for repacked Q4_K), so every T in
 1, 2, 4, 7, 8, 9, 16 is compared, with 1 and 2 threads on both sides.
 
-precision="ggml" reproduces ggml's x86 AVX2 build only; on a host whose oracle is another build
-the byte comparisons skip with the reason, and the refusal tests still run."""
+precision="ggml" for these types reproduces ggml's x86 AVX2 and AVX-512 builds (the same bytes:
+the AVX-512 build's 512-bit / VNNI code changes only exact integer sums), each row's
+``ggml_builds``; the comparisons run lmtail as the oracle's build (``isa=``) and skip with the
+reason on a host whose oracle is another build; the refusal tests still run."""
 
 from __future__ import annotations
 
@@ -35,18 +37,23 @@ def graph():
     return g
 
 
-# The table offers "ggml" where ggml's native build here is the AVX2 build lmtail reproduces (an
-# AVX-512 CPU's native llama.cpp takes other code) and this CPU runs the AVX2 emulation.
-OFFERED = all("ggml" in r["precisions"] for r in _core.cpu_types() if r["name"] in TYPES)
+ROWS = {r["name"]: r for r in _core.cpu_types() if r["name"] in TYPES}
+# The table offers "ggml" where ggml's native build on this CPU is one the type reproduces (its
+# row's ggml_builds) and this CPU runs the AVX2 emulation.
+OFFERED = all("ggml" in r["precisions"] for r in ROWS.values())
+BUILDS = {n: r["ggml_builds"] for n, r in ROWS.items()}
+ORACLE_ISA = "auto"  # set by need_reproduced_oracle: the build the comparisons ask lmtail for
 
 
-def need_avx2_oracle(g):
+def need_reproduced_oracle(g):
+    global ORACLE_ISA
     isa = g.oracle_build_isa()
-    if isa != "avx2":
-        pytest.skip(f"the oracle is ggml's {isa} build; precision='ggml' reproduces the avx2 build only")
+    if any(isa not in b for b in BUILDS.values()):
+        pytest.skip(f"the oracle is ggml's {isa} build; precision='ggml' reproduces {BUILDS}")
     if not OFFERED:
-        pytest.skip("precision='ggml' is not offered on this CPU (it reproduces ggml's AVX2 build: an AVX2 CPU "
-                    "without AVX-512)")
+        pytest.skip(f"precision='ggml' is not offered on this CPU (a native ggml here is its "
+                    f"{_core.ggml_native_build()} build; reproduced: {BUILDS}; the emulation needs AVX2)")
+    ORACLE_ISA = isa
 
 
 def quantize(dtype, x):
@@ -57,8 +64,9 @@ def quantize(dtype, x):
     return out
 
 
-def ggml_mv(q, x, dtype, threads=1, isa="auto"):
-    return lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=threads, isa=isa)
+def ggml_mv(q, x, dtype, threads=1, isa=None):
+    """isa None: the oracle's build where a comparison set it, else auto."""
+    return lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=threads, isa=isa or ORACLE_ISA)
 
 
 def sha(a):
@@ -80,7 +88,7 @@ def activations(kind, T, cols, seed):
 
 def oracle(g, q, dtype, cols, x, threads):
     m = g.MatMul(q, TYPES[dtype][0], cols, x.shape[0], repack=True)
-    # llama.cpp's path: CPU_REPACK for Q4_K with rows % 8 == 0 on AVX2, a plain buffer otherwise
+    # llama.cpp's path: CPU_REPACK for Q4_K with rows % 8 == 0 on AVX2 / AVX-512, a plain buffer otherwise
     assert m.repacked == (dtype == "Q4_K" and q.shape[0] % 8 == 0)
     return m.run(x, threads=threads)
 
@@ -91,7 +99,7 @@ def oracle(g, q, dtype, cols, x, threads):
 @pytest.mark.parametrize("kind", ["gaussian", "outlier"])
 def test_logits_sha_equal_ggml(dtype, rows, cols, kind):
     g = graph()
-    need_avx2_oracle(g)
+    need_reproduced_oracle(g)
     rng = np.random.default_rng(rows * 7919 + cols)
     q = quantize(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
     for T in TS:
@@ -110,7 +118,7 @@ def test_one_dim_x_is_the_t1_path(dtype):
     """A 1-D x is T = 1 (vec_dot / gemv); row 0 of a T = 8 batch takes the tiled / gemm path and
     can differ, exactly as in llama.cpp (the documented exemption from batch invariance)."""
     g = graph()
-    need_avx2_oracle(g)
+    need_reproduced_oracle(g)
     cols = 2816
     q = quantize(dtype, np.random.default_rng(3).standard_normal((24, cols)).astype(np.float32))
     x = np.random.default_rng(4).standard_normal((8, cols)).astype(np.float32)
@@ -140,7 +148,7 @@ def random_blocks(dtype, rows, cols, seed):
 @pytest.mark.parametrize("dtype", list(TYPES))
 def test_full_size_head_sha_equal_ggml(dtype):
     g = graph()
-    need_avx2_oracle(g)
+    need_reproduced_oracle(g)
     rows, cols = 202048, 6656
     q = random_blocks(dtype, rows, cols, seed=11)
     for T in (1, 8):
@@ -157,7 +165,7 @@ def test_head_publishes_llama_cpp_bytes(dtype, rows):
     """Head(precision="ggml"): llama.cpp's final RMSNorm * gamma, its mul_mat and the four cap
     nodes, bit for bit (the norm and the cap already matched; the matvec now does too)."""
     g = graph()
-    need_avx2_oracle(g)
+    need_reproduced_oracle(g)
     cols = 2816
     rng = np.random.default_rng(rows)
     q = quantize(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
@@ -172,10 +180,33 @@ def test_head_publishes_llama_cpp_bytes(dtype, rows):
 
 
 @pytest.mark.parametrize("dtype", list(TYPES))
+def test_auto_is_the_native_build(dtype):
+    """isa="auto" reproduces the build a native llama.cpp compiles here; every reproduced build
+    is accepted and, for these types, gives the same bytes."""
+    if not OFFERED:
+        pytest.skip("precision='ggml' is not offered on this CPU")
+    q = quantize(dtype, np.random.default_rng(5).standard_normal((24, 512)).astype(np.float32))
+    for T in (1, 4, 8):
+        x = np.random.default_rng(T).standard_normal((T, 512)).astype(np.float32)
+        want = sha(ggml_mv(q, x, dtype, isa=_core.ggml_native_build()))
+        assert sha(ggml_mv(q, x, dtype, isa="auto")) == want
+        for b in BUILDS[dtype]:
+            assert sha(ggml_mv(q, x, dtype, isa=b)) == want, (dtype, b, T)
+
+
+def test_k_types_reproduce_the_x86_avx2_and_avx512_builds():
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("precision='ggml' for the K types is compiled on x86 builds only")
+    assert BUILDS == {t: ["avx2", "avx512"] for t in TYPES}
+
+
+@pytest.mark.parametrize("dtype", list(TYPES))
 def test_other_ggml_builds_refused(dtype):
     q = quantize(dtype, np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32))
     x = np.ones(256, np.float32)
-    for isa in ("avx512", "scalar", "neon"):
+    for isa in sorted({"avx2", "avx512", "scalar", "neon"} - set(BUILDS[dtype])):
         with pytest.raises(errors.UnsupportedError, match="ggml"):
             ggml_mv(q, x, dtype, isa=isa)
 
@@ -183,7 +214,7 @@ def test_other_ggml_builds_refused(dtype):
 @pytest.mark.parametrize("dtype", list(TYPES))
 def test_invalid_uses_raise_typed_errors(dtype):
     if not OFFERED:
-        pytest.skip("precision='ggml' is not offered on this CPU (it reproduces ggml's AVX2 build)")
+        pytest.skip("precision='ggml' is not offered on this CPU (a build it does not reproduce is native here)")
     q = quantize(dtype, np.random.default_rng(0).standard_normal((8, 512)).astype(np.float32))
     with pytest.raises(errors.ShapeError):
         ggml_mv(q, np.ones(256, np.float32), dtype)  # cols mismatch
@@ -204,7 +235,8 @@ def test_capabilities_list_ggml_for_the_k_types():
         pytest.skip("precision='ggml' for the K types is compiled on x86 builds only")
     by = lmtail.capabilities()["cpu"]["matvec"]["by_dtype"]
     for dtype in TYPES:
-        assert ("ggml" in by[dtype]["precisions"]) == OFFERED and by[dtype]["default"] != "ggml"
+        expect = _core.ggml_native_build() in BUILDS[dtype] and _core.isa_available("avx2")
+        assert ("ggml" in by[dtype]["precisions"]) == expect == OFFERED and by[dtype]["default"] != "ggml"
 
 
 @pytest.mark.parametrize("dtype", list(TYPES))
@@ -213,8 +245,7 @@ def test_every_path_thread_invariant_and_close_without_oracle(dtype):
     gemv/gemm) gives the same bytes at 1 and 3 threads and stays within ggml's q8_K error of the
     float64 product of the dequantised weights."""
     if not OFFERED:
-        pytest.skip("precision='ggml' is not offered on this CPU (it reproduces ggml's AVX2 build: an AVX2 CPU "
-                    "without AVX-512)")
+        pytest.skip("precision='ggml' is not offered on this CPU (a build it does not reproduce is native here)")
     tid, _ = TYPES[dtype]
     for rows, cols in ((16, 512), (13, 256)):
         q = quantize(dtype, np.random.default_rng(rows).standard_normal((rows, cols)).astype(np.float32))

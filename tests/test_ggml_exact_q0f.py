@@ -5,8 +5,10 @@ bytes and x, with the weight where llama.cpp puts it: the CPU_REPACK buffer for 
 rows % 8 == 0 (llama.cpp's default use_extra_bufts), a plain CPU buffer otherwise. The whole
 (T, rows) output must be byte-identical for T = 1 .. 16 (ggml switches from vec_dot to llamafile's
 sgemm at T = 2, from the repack gemv to its gemm at T = 4), with 1 and 2 threads on both sides.
-These cells are claimed for ggml's AVX2 build only; on a host whose oracle is another build the
-comparisons skip with the reason.
+Each type's row lists the ggml builds it reproduces (``ggml_builds``): Q8_0 and Q4_0 the x86 AVX2
+and AVX-512 builds (the same bytes), the float types both (the AVX-512 build's 16-lane sums have
+their own emulation; F16 not on an AVX512_FP16 CPU, BF16 only on an AVX512_BF16 CPU: vdpbf16ps). The comparisons ask lmtail for the oracle's build and skip with the reason where the
+oracle is a build the type does not reproduce or "ggml" is not offered for it on this CPU.
 """
 
 from __future__ import annotations
@@ -21,14 +23,34 @@ from lmtail import _core, errors
 
 X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
 needs_x86 = pytest.mark.skipif(not X86, reason="precision='ggml' for these types is built for x86 only (ggml's AVX2 build)")
-# The table offers "ggml" where ggml's native build here is the AVX2 build lmtail reproduces (an
-# AVX-512 CPU's native llama.cpp takes other code) and this CPU runs the AVX2 emulation.
-OFFERED = X86 and all("ggml" in r["precisions"] for r in _core.cpu_types() if r["name"] in ("F32", "F16", "Q4_0", "Q8_0", "BF16"))
-needs_avx2 = pytest.mark.skipif(not OFFERED, reason="precision='ggml' is not offered on this CPU: it reproduces ggml's "
-                                "AVX2 build, which needs an AVX2 + FMA + F16C CPU whose native ggml build is AVX2 (no AVX-512)")
-
 TYPE_ID = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "BF16": 30}
 TS = (1, 2, 3, 4, 7, 8, 9, 16)
+ROWS = {r["name"]: r for r in _core.cpu_types() if r["name"] in TYPE_ID}
+BUILDS = {n: r["ggml_builds"] for n, r in ROWS.items()}
+# The table offers "ggml" for a type where ggml's native build on this CPU is one it reproduces
+# and this CPU runs the emulation (AVX2 + FMA + F16C).
+OFFERED = {n for n, r in ROWS.items() if X86 and "ggml" in r["precisions"]}
+
+
+def need_offered(dtype):
+    if dtype not in OFFERED:
+        pytest.skip(f"precision='ggml' is not offered for {dtype} on this CPU: a native ggml here is its "
+                    f"{_core.ggml_native_build()} build; {dtype} reproduces {BUILDS[dtype] or 'none'}")
+
+
+class _Oracle:
+    """The graph module; need(dtype) skips unless the oracle is a build dtype reproduces here."""
+
+    def __init__(self, graph):
+        self.graph, self.isa = graph, graph.oracle_build_isa()
+
+    def __getattr__(self, name):
+        return getattr(self.graph, name)
+
+    def need(self, dtype):
+        need_offered(dtype)
+        if self.isa not in BUILDS[dtype]:
+            pytest.skip(f"the oracle is ggml's {self.isa} build; precision='ggml' reproduces {BUILDS[dtype]} for {dtype}")
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +58,10 @@ def G():
     from oracle import graph
 
     if not OFFERED:
-        pytest.skip("precision='ggml' is not offered on this CPU (ggml's AVX2 build is reproduced: it needs an "
-                    "AVX2 + FMA + F16C CPU without AVX-512)")
-
+        pytest.skip("precision='ggml' is not offered on this CPU for any of these types")
     if not graph.available():
         pytest.skip("llama-cpp-python (the ggml oracle) is not installed")
-    isa = graph.oracle_build_isa()
-    if isa != "avx2":
-        pytest.skip(f"the oracle is ggml's {isa} build; precision='ggml' reproduces ggml's AVX2 build for these types")
-    return graph
+    return _Oracle(graph)
 
 
 def raw(dtype, w):
@@ -74,10 +91,11 @@ def activations(rng, kind, T, cols):
 
 
 def check(G, q, dtype, cols, x, threads=(1, 2)):
+    G.need(dtype)
     for th in threads:
         ref = oracle(G, q, dtype, cols, x, th)
         for lt in (1, 2):
-            got = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=lt, isa="avx2")
+            got = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=lt, isa=G.isa)
             diff = np.flatnonzero(bits(got) != bits(ref))
             assert diff.size == 0, (
                 f"{dtype} {q.shape[0]}x{cols} T={x.shape[0]} ggml threads={th} lmtail threads={lt}: "
@@ -87,7 +105,7 @@ def check(G, q, dtype, cols, x, threads=(1, 2)):
 
 
 QUANT_COLS = (32, 64, 96, 640, 896, 2880, 6656)
-FLOAT_COLS = (1, 7, 8, 37, 64, 96, 100, 200, 640, 896, 2880, 6656)
+FLOAT_COLS = (1, 7, 8, 37, 64, 96, 100, 200, 208, 640, 896, 2880, 6656)
 ROWS = (1, 7, 8, 9, 13, 64)
 
 
@@ -117,6 +135,7 @@ def test_float_types_bytes_equal_ggml(G, dtype, cols):
 
 @pytest.mark.oracle
 def test_f16_weights_as_float16_array_equal_raw_bytes(G):
+    G.need("F16")
     rng = np.random.default_rng(5)
     w16 = rng.standard_normal((64, 896)).astype(np.float16)
     q = np.ascontiguousarray(w16).view(np.uint8)
@@ -169,6 +188,29 @@ def test_nonfinite_float_weights_match_ggml(G, dtype):
 
 
 @pytest.mark.oracle
+@pytest.mark.parametrize("dtype", ["F16", "BF16", "F32"])
+def test_denormals_match_ggml(G, dtype):
+    """Tiny weights and activations: denormal products and denormal inputs (vdpbf16ps flushes
+    both in ggml's AVX512_BF16 build; the other paths keep them), at every path."""
+    rng = np.random.default_rng(14)
+    for rows, cols in ((16, 96), (13, 128), (8, 1024)):
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        w[: rows // 2] *= np.float32(1e-20 if dtype != "F16" else 1e-6)  # f16: denormal weights
+        w[rows // 2 : rows // 2 + 2] *= np.float32(1e-39 if dtype != "F16" else 1e-7)
+        if dtype == "F32":
+            q = w.view(np.uint8)
+        elif dtype == "F16":
+            q = w.astype(np.float16).view(np.uint8)
+        else:
+            q = (w.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+        for T in (1, 2, 8):
+            x = rng.standard_normal((T, cols)).astype(np.float32)
+            x[0] *= np.float32(1e-20)
+            x[-1, : cols // 2] *= np.float32(1e-39)
+            check(G, q, dtype, cols, x)
+
+
+@pytest.mark.oracle
 def test_q8_0_extreme_weight_bytes_match_ggml(G):
     """Raw Q8_0 bytes no quantiser writes: q = -128 (ggml's sign trick: |-128| = 128 unsigned),
     zero and huge scales."""
@@ -193,6 +235,9 @@ def test_head_publishes_ggml_bytes_after_scale_and_cap(G, dtype):
     rng = np.random.default_rng(11)
     rows, cols = 64, 640
     q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+    G.need(dtype)
+    if G.isa != _core.ggml_native_build():
+        pytest.skip(f"Head reproduces the native {_core.ggml_native_build()} build; the oracle is {G.isa}")
     head = lmtail.Head(q, dtype=dtype, logit_scale=0.125, softcap=30.0, precision="ggml")
     assert head.precision == "ggml"
     for T in (1, 8):
@@ -216,6 +261,7 @@ def big_q8_0(rows, cols, seed=0):
 @pytest.mark.oracle
 @pytest.mark.slow
 def test_q8_0_full_head_202048x6656_equals_ggml(G):
+    G.need("Q8_0")
     rows, cols = 202048, 6656
     q = G.aligned_empty((rows, cols // 32 * 34), np.uint8)
     q[...] = big_q8_0(rows, cols)
@@ -226,48 +272,78 @@ def test_q8_0_full_head_202048x6656_equals_ggml(G):
             for th in (1, 2):
                 ref = mm.run(x, th)
                 for lt in (1, 2):
-                    got = lmtail.ops.matvec(q, x, "Q8_0", precision="ggml", threads=lt)
+                    got = lmtail.ops.matvec(q, x, "Q8_0", precision="ggml", threads=lt, isa=G.isa)
                     assert np.array_equal(bits(got), bits(ref)), (T, th, lt)
 
 
-@needs_avx2
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_thread_count_never_changes_bytes(dtype):
     """No oracle needed (so it also runs under tools/sanitize.sh): 1, 2 and 3 threads give the same
-    bytes on every path (vec_dot, sgemm, repack gemv/gemm, float leftovers)."""
+    bytes on every path (vec_dot, sgemm, repack gemv/gemm, float leftovers) of every reproduced
+    build, each within float error of float64."""
+    need_offered(dtype)
     rng = np.random.default_rng(13)
-    for rows, cols in ((8, 64), (13, 96), (72, 640), (12, 37 if dtype[0] in "FB" else 32)):
+    for rows, cols in ((8, 64), (13, 96), (72, 640), (12, 37 if dtype[0] in "FB" else 32), (8, 208 if dtype[0] in "FB" else 224)):
         q = raw(dtype, rng.standard_normal((rows, cols)).astype(np.float32))
+        w = lmtail.dequantize(q, dtype, cols).astype(np.float64)
         for T in (1, 2, 4, 5, 9):
             x = rng.standard_normal((T, cols)).astype(np.float32)
-            a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1, isa="avx2")
-            assert np.isfinite(a).all()
-            for th in (2, 3):
-                assert np.array_equal(bits(a), bits(lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th, isa="avx2")))
+            for b in BUILDS[dtype]:
+                a = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=1, isa=b)
+                assert np.isfinite(a).all()
+                ref = x.astype(np.float64) @ w.T
+                assert np.linalg.norm(a - ref) <= 2e-2 * np.linalg.norm(ref), (dtype, b, rows, cols, T)
+                for th in (2, 3):
+                    got = lmtail.ops.matvec(q, x, dtype, precision="ggml", threads=th, isa=b)
+                    assert np.array_equal(bits(a), bits(got)), (dtype, b, rows, cols, T, th)
 
 
 # ---- what is not claimed / bad use -------------------------------------------------------------
 
 
-@needs_avx2
+@needs_x86
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
-def test_capability_table_lists_ggml(dtype):
-    assert "ggml" in lmtail.capabilities()["cpu"]["matvec"]["by_dtype"][dtype]["precisions"]
+def test_capability_table_lists_ggml_where_the_native_build_is_reproduced(dtype):
+    expect = _core.ggml_native_build() in BUILDS[dtype] and _core.isa_available("avx2")
+    assert ("ggml" in lmtail.capabilities()["cpu"]["matvec"]["by_dtype"][dtype]["precisions"]) == expect
+
+
+def _cpu_flag(flag):
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(flag in line.split() for line in f if line.startswith("flags"))
+    except OSError:  # pragma: no cover
+        return False
 
 
 @needs_x86
-@pytest.mark.parametrize("isa", ["avx512", "scalar"])
+def test_reproduced_builds():
+    """Q8_0 / Q4_0: ggml's AVX-512 build gives the AVX2 build's bytes (its 512-bit and VNNI code
+    changes exact integer sums only); the float types have an emulation of its 16-lane sums, F16
+    not on an AVX512_FP16 CPU (its native build sums in fp16), BF16 only on an AVX512_BF16 CPU
+    (vdpbf16ps; the AVX512F-only variant is not verified)."""
+    both = ["avx2", "avx512"]
+    f16 = ["avx2"] if _cpu_flag("avx512_fp16") else both
+    bf16 = both if _cpu_flag("avx512_bf16") else ["avx2"]
+    assert BUILDS == {"F32": both, "F16": f16, "Q4_0": both, "Q8_0": both, "BF16": bf16}
+
+
+@needs_x86
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "scalar"])
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_unclaimed_ggml_builds_are_unsupported(dtype, isa):
-    """Only ggml's AVX2 build is reproduced for these types (AVX-512's float sums are 16 lanes
-    wide, its Q4_0 repack gemm has its own AVX512BW code); another build is refused, not guessed."""
+    """A build the type does not reproduce (scalar builds take other orders; F16 / BF16 AVX-512
+    variants, see test_reproduced_builds) is refused, not guessed; where "ggml" is not offered at all
+    every isa is refused."""
+    if isa in BUILDS[dtype] and dtype in OFFERED:
+        pytest.skip(f"ggml's {isa} build is reproduced for {dtype} (compared in the byte tests)")
     q = raw(dtype, np.ones((8, 64), np.float32))
-    with pytest.raises(errors.UnsupportedError, match="AVX2 build"):
+    with pytest.raises(errors.UnsupportedError, match="reproduce"):
         lmtail.ops.matvec(q, np.ones(64, np.float32), dtype, precision="ggml", isa=isa)
 
 
-@needs_avx2
 def test_bad_use_is_typed():
+    need_offered("Q8_0")
     q = raw("Q8_0", np.ones((8, 64), np.float32))
     with pytest.raises(errors.ShapeError):
         lmtail.ops.matvec(q, np.ones(63, np.float32), "Q8_0", precision="ggml")

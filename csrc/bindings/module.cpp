@@ -185,6 +185,8 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("isa_name", [](const std::string &isa) { return std::string(lmt::cpu::isa_name(parse_isa(isa))); },
           py::arg("isa") = "auto", "SIMD path that `isa` resolves to on this CPU.");
+    m.def("ggml_native_build", []() { return std::string(lmt::cpu::isa_name(lmt::cpu::ggml_native_build())); },
+          "The ggml build a native llama.cpp compiles on this CPU (what precision='ggml' with isa='auto' reproduces).");
     m.def("isa_available", [](const std::string &isa) { return lmt::cpu::isa_available(parse_isa(isa)); },
           py::arg("isa"));
     m.def("default_threads", &lmt::cpu::default_threads,
@@ -315,6 +317,11 @@ PYBIND11_MODULE(_core, m) {
                 d["block_elems"] = i.block_elems;
                 d["block_bytes"] = i.block_bytes;
                 d["precisions"] = precs;
+                py::list builds;  // the ggml builds precision "ggml" reproduces (its isa= values)
+                const uint32_t gb = lmt::cpu::type_ggml_builds(i.type);
+                for (lmt::cpu::Isa b : {lmt::cpu::Isa::Scalar, lmt::cpu::Isa::Avx2, lmt::cpu::Isa::Avx512, lmt::cpu::Isa::Neon})
+                    if (gb & (1u << (int)b)) builds.append(lmt::cpu::isa_name(b));
+                d["ggml_builds"] = builds;
                 d["default_precision"] = lmt::cpu::precision_name(lmt::cpu::default_precision(i.type));
                 out.append(d);
             }

@@ -70,8 +70,15 @@ bool type_supported(WeightType type) { return cpu_type(type) != nullptr; }
 uint32_t type_precisions(WeightType type) {
     const CpuTypeImpl *t = cpu_type(type);
     if (!t) return 0u;
-    return ggml_native_build_reproduced() ? t->precisions : t->precisions & ~precision_bit(Precision::Ggml);
+    return ggml_build_offered(t->ggml_builds) ? t->precisions : t->precisions & ~precision_bit(Precision::Ggml);
 }
+
+uint32_t type_ggml_builds(WeightType type) {
+    const CpuTypeImpl *t = cpu_type(type);
+    return t ? t->ggml_builds : 0u;
+}
+
+Isa ggml_native_build() { return ggml_isa(Isa::Auto); }
 
 Precision default_precision(WeightType type) { return require_type(type, "default_precision").default_precision; }
 
@@ -101,6 +108,7 @@ void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_
     // For Ggml the isa names the ggml build to reproduce (bytes depend on it), so Auto must not
     // read LMTAIL_ISA as resolve_isa does for lmtail's own, ISA-independent precisions.
     const Isa ri = p == Precision::Ggml ? ggml_isa(isa) : resolve_isa(isa);
+    if (p == Precision::Ggml) ggml_require_build(t.ggml_builds, ri, weight_type_name(type), t.ggml_not_reproduced);
     t.matvec(MatvecCall{w, rows, cols, row_stride, x, T, logits, n_threads, ri, p});
 }
 

@@ -197,8 +197,10 @@ def precision(value, t: TypeInfo, backend: str) -> str:
         runs = _where(lambda r: value in r.matvec.get(t.name, ()))
         why = ""
         if value == "ggml" and backend == "cpu":
-            why = ("; precision='ggml' reproduces ggml's x86 AVX2 build, so it is offered on an AVX2 CPU without "
-                   "AVX-512 (where a native llama.cpp is that build; on an AVX-512 CPU it takes other code)")
+            builds = next((r.get("ggml_builds", []) for r in _core.cpu_types() if r["name"] == t.name), [])
+            why = (f"; precision='ggml' for {t.name} reproduces ggml's x86 build(s) {', '.join(builds) or 'none'} "
+                   f"(emulated with AVX2 code), and a native llama.cpp on this CPU is ggml's "
+                   f"{_core.ggml_native_build()} build")
         raise UnsupportedError(f"precision {value!r} is not run for {t.name} on the {backend} backend (it has: "
                                f"{', '.join(allowed)}); backends that run {t.name} at {value}: {runs}{why}")
     return value

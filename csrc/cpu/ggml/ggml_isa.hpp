@@ -1,8 +1,12 @@
-// The ggml build whose bytes Precision::Ggml reproduces. ggml compiles its CPU kernels for one
+// The ggml builds whose bytes Precision::Ggml reproduces. ggml compiles its CPU kernels for one
 // ISA (GGML_NATIVE picks the build machine's), and its x86 paths round differently between an
 // AVX2 and an AVX-512 build for some types, so the emulated build is a parameter: `isa` names
-// it, and Auto means the build ggml would compile natively on this CPU.
+// it, and Auto means the build ggml would compile natively on this CPU. Which builds a type
+// reproduces is data: its row's ggml_builds mask (cpu/types/types.hpp).
 #pragma once
+
+#include <cstdint>
+#include <string>
 
 #include "lmtail/cpu.hpp"
 
@@ -10,8 +14,7 @@ namespace lmt::cpu {
 
 // Auto -> the build ggml compiles natively on this CPU: GGML_NATIVE turns on its AVX-512 paths
 // wherever the CPU has AVX512F (lmtail's own avx512 tier needs more, so it is not the test);
-// anything else is returned as given: each type's ggml route checks that it reproduces that build
-// and that this CPU can run its emulation, and raises UnsupportedError otherwise.
+// anything else is returned as given: matvec checks it against the type's ggml_builds mask.
 inline Isa ggml_isa(Isa requested) {
     if (requested != Isa::Auto) return requested;
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
@@ -22,13 +25,70 @@ inline Isa ggml_isa(Isa requested) {
     return Isa::Scalar;
 }
 
-// Every type's ggml route reproduces one build so far, ggml's x86 AVX2 build (the one verified
-// against the oracle here), emulated with AVX2 code. So the capability table offers "ggml" only
-// where that is the native build and this CPU runs the emulation: on an AVX-512 CPU a native
-// llama.cpp takes other code for these types, and offering "ggml" there would promise bytes it
-// does not give. (When a type reproduces another build this becomes a field of its row.)
-inline bool ggml_native_build_reproduced() {
-    return ggml_isa(Isa::Auto) == Isa::Avx2 && isa_available(Isa::Avx2);
+constexpr uint32_t ggml_build_bit(Isa build) { return 1u << (int)build; }
+
+// The builds each family reproduces (x86 lmtail builds only: every emulation is AVX2 code).
+// Verified against the oracle: an AVX2 build (earlier sessions) and a native AVX-512 build
+// (Zen 4: AVX512F/BW/VL/DQ/VNNI/BF16/VBMI; llama-cpp-python 0.3.36).
+// * Q8_0, Q4_0, Q4_K, Q5_K, Q6_K: ggml's AVX-512 build gives the AVX2 build's bytes on every
+//   path (vec_dot, llamafile sgemm, the tiled K-quant matmul with its VNNI microtile, the
+//   CPU_REPACK gemv / gemm with their AVX512 loops, quantize_row_q8_0 / q8_K): its 512-bit and
+//   VNNI code changes only exact integer sums, and every float is formed in the same order.
+//   ggml's AVX-512 builds without VNNI take the AVX2 integer code, so they agree too.
+// * F32, F16: the AVX-512 build sums 16 lanes (vec_dot's GGML_F32_STEP 64, tinyBLAS<16, __m512>);
+//   its own emulation (cpu/ggml/float_ggml_x86.hpp, 16 lanes as two AVX2 halves). F16's AVX-512
+//   build on a CPU with AVX512_FP16 sums in fp16 instead: not reproduced, so there the F16 row
+//   lists the AVX2 build only.
+// * BF16: the AVX-512 build with AVX512_BF16 sums bf16 pairs by vdpbf16ps (emulated, DAZ / FTZ
+//   included); on an AVX-512 CPU without AVX512_BF16 ggml's BF16 code is another (unverified)
+//   variant, so there the BF16 row lists the AVX2 build only.
+#if defined(LMTAIL_HAVE_X86)
+constexpr uint32_t kGgmlBuildsInt = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
+constexpr uint32_t kGgmlBuildsF32 = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
+// Read once when the F16 / BF16 rows are initialised (dynamic initialisers, before any call):
+// which AVX-512 variant a native ggml build here is decides whether it is the one reproduced.
+inline uint32_t ggml_builds_f16() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512fp16") ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32;
+}
+inline uint32_t ggml_builds_bf16() {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") ? kGgmlBuildsF32 : ggml_build_bit(Isa::Avx2);
+}
+#else
+constexpr uint32_t kGgmlBuildsInt = 0;
+constexpr uint32_t kGgmlBuildsF32 = 0;
+inline uint32_t ggml_builds_f16() { return 0; }
+inline uint32_t ggml_builds_bf16() { return 0; }
+#endif
+
+// "avx2, avx512" (or "none").
+inline std::string ggml_build_names(uint32_t builds) {
+    std::string s;
+    for (Isa b : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon})
+        if (builds & ggml_build_bit(b)) s += (s.empty() ? "" : ", ") + std::string(isa_name(b));
+    return s.empty() ? "none" : s;
+}
+
+// The capability table lists "ggml" for a type where ggml's native build on this CPU is one the
+// type reproduces and this CPU runs the emulation (AVX2 + FMA + F16C): it promises llama.cpp's
+// bytes here, so a native build with other code must not be offered.
+inline bool ggml_build_offered(uint32_t builds) {
+    return (builds & ggml_build_bit(ggml_isa(Isa::Auto))) != 0 && isa_available(Isa::Avx2);
+}
+
+// Throws UnsupportedError unless `build` (resolved, never Auto) is one of `builds` and this CPU
+// runs the emulation. `why_not` says what the refused build does differently.
+inline void ggml_require_build(uint32_t builds, Isa build, const char *type, const char *why_not = nullptr) {
+    if (!(builds & ggml_build_bit(build)))
+        throw UnsupportedError(std::string("matvec: precision='ggml' for ") + type + " reproduces ggml's x86 " +
+                               ggml_build_names(builds) + " build(s); ggml's " + isa_name(build) +
+                               " build is not reproduced" + (why_not ? std::string(" (") + why_not + ")" : "") +
+                               (builds ? " -- pass isa= one of: " + ggml_build_names(builds) : std::string()));
+    if (!isa_available(Isa::Avx2))
+        throw UnsupportedError(std::string("matvec: precision='ggml' for ") + type + " emulates ggml's " +
+                               isa_name(build) + " build with AVX2 + FMA + F16C instructions, which this CPU "
+                               "does not have");
 }
 
 }  // namespace lmt::cpu

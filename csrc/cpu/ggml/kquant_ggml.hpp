@@ -1,7 +1,8 @@
 // precision="ggml" for Q4_K / Q5_K / Q6_K: the driver shared by the three types.
 //
-// What llama.cpp's CPU backend (the oracle build: ggml-cpu for x86 AVX2 + FMA) computes for
-// ggml_mul_mat(W, x), W a K-quant in a plain CPU buffer, x (T, cols) f32:
+// What llama.cpp's CPU backend (ggml-cpu for x86 AVX2 + FMA; its AVX-512 build gives the same
+// bytes, cpu/ggml/ggml_isa.hpp) computes for ggml_mul_mat(W, x), W a K-quant in a plain CPU
+// buffer, x (T, cols) f32:
 //   1. x -> q8_K (q8_k.hpp), row by row.
 //   2. T >= 8: the tiled K-quant matmul (ggml-cpu/tiled, AVX2 microtile). Per output (row r, t),
 //      over the 256-blocks b in increasing order, with the exact block integers of the type:
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/ggml/ggml_isa.hpp"
 #include "cpu/ggml/q8_k.hpp"
 #include "cpu/types/types.hpp"
 
@@ -36,6 +38,7 @@ constexpr uint32_t kGgmlKPrecisionBit = precision_bit(Precision::Ggml);
 #else
 constexpr uint32_t kGgmlKPrecisionBit = 0;
 #endif
+constexpr const char *kGgmlKNotReproduced = "ggml's NEON and scalar builds use other dot products";
 
 // Each type's AVX2 rows (csrc/cpu/types/<type>/<type>_ggml_avx2.cpp; x86 builds only).
 void q4_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
@@ -45,16 +48,13 @@ void q6_k_ggml_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int
 // activation rows t < T - T % 4 (T >= 4) are quantised by ggml_quantize_row_q8_k_4x8.
 void q4_k_ggml_repack_rows_avx2(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1);
 
-// The emulated ggml build is c.isa: only ggml's x86 AVX2 (+FMA) build is reproduced (verified
-// against the oracle, an AVX2 build). ggml's AVX-512 build takes other code (the tiled matmul's
-// AVX512-VNNI microtile, VNNI dot products), so isa="avx512" is refused, as are NEON and scalar.
+// The emulated ggml build is c.isa, one of kGgmlBuildsInt (matvec checked it against the row):
+// ggml's x86 AVX2 and AVX-512 builds, which give the same bytes here (their AVX512-VNNI tiled
+// microtile, dot products and repack loops change only exact integer sums), both emulated with
+// the AVX2 rows. NEON and scalar builds take other code and are refused.
 // repack4x8: the activation rows t < T - T % 4 (T >= 4) are quantised as CPU_REPACK's gemm does.
 inline void ggml_kquant_matvec(const MatvecCall &c, const char *type, GgmlKRowsFn avx2_rows, bool repack4x8 = false) {
-    if (c.isa != Isa::Avx2 || avx2_rows == nullptr || !isa_available(Isa::Avx2))
-        throw UnsupportedError(std::string("matvec: precision='ggml' reproduces ggml's x86 AVX2 build for ") + type +
-                               "; ggml's " + isa_name(c.isa) +
-                               " build is not reproduced (its dot products and tiled matmul take other code)"
-                               " -- pass isa='avx2' on an AVX2 CPU (ggml's AVX2 build is emulated with AVX2 code)");
+    ggml_require_build(avx2_rows ? kGgmlBuildsInt : 0u, c.isa, type, kGgmlKNotReproduced);
     struct Scratch {
         std::vector<GgmlQ8K> q;
     };

@@ -14,9 +14,8 @@ namespace lmt::cpu {
 
 // A checked matvec call: cols is a positive multiple of the block, row_stride >= the row bytes,
 // rows >= 1, T >= 1; isa is resolved (never Auto) and precision is one the type supports. With
-// Precision::Ggml, isa is the ggml build to reproduce (cpu/ggml/ggml_isa.hpp), not yet checked
-// against this CPU: the type's ggml route raises UnsupportedError for a build it does not
-// reproduce or cannot emulate here.
+// Precision::Ggml, isa is the ggml build to reproduce (cpu/ggml/ggml_isa.hpp), already checked
+// against the row's ggml_builds and this CPU (matvec raises UnsupportedError otherwise).
 struct MatvecCall {
     const uint8_t *w;
     int64_t rows, cols;
@@ -37,6 +36,11 @@ struct CpuTypeImpl {
     // src rows x cols (cols checked as above) -> dst rows x row_bytes.
     void (*quantize)(const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads);
     void (*dequantize)(const uint8_t *src, float *dst, int64_t rows, int64_t cols, int n_threads);
+    // Precision::Ggml: bit (1 << (int)Isa) per ggml build whose bytes the type's ggml route
+    // reproduces (cpu/ggml/ggml_isa.hpp: verified against that build of the oracle); "ggml" is
+    // offered where this CPU's native ggml build is one of them. 0 without a ggml route.
+    uint32_t ggml_builds = 0;
+    const char *ggml_not_reproduced = nullptr;  // what the other builds do differently (for the error)
 };
 
 constexpr uint32_t precision_bit(Precision p) { return 1u << (int)p; }

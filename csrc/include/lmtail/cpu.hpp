@@ -89,6 +89,12 @@ bool type_supported(WeightType type);
 // Bit (1 << (int)p) set for every precision the CPU matvec runs for `type`; 0 if unsupported.
 // Ggml only where ggml's native build on this CPU is one lmtail reproduces (cpu/ggml/ggml_isa.hpp).
 uint32_t type_precisions(WeightType type);
+// Bit (1 << (int)isa) set for every ggml build whose bytes Precision::Ggml reproduces for `type`
+// (an isa= the ggml route accepts); 0 without a ggml route or for an unsupported type.
+uint32_t type_ggml_builds(WeightType type);
+// The ggml build a native (GGML_NATIVE) llama.cpp compiles on this CPU: what isa=Auto
+// reproduces under Precision::Ggml.
+Isa ggml_native_build();
 // The precision `Precision::Default` means for `type` (the accurate fast path: normwise error
 // <= 1e-6 against float64). Throws UnsupportedError for a type the CPU does not run.
 Precision default_precision(WeightType type);

@@ -6,8 +6,10 @@
 namespace lmt::cpu {
 namespace {
 
+const uint32_t kBF16Builds = ggml_builds_bf16();  // the ggml builds BF16 reproduces on this CPU
+
 void bf16_matvec(const MatvecCall &c) {
-    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(bf16_matvec_ggml_avx2), "BF16")) return;
+    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(bf16_matvec_ggml_avx2), "BF16", kBF16Builds)) return;
 #if defined(LMTAIL_HAVE_X86)
     float_matvec_run(c, float_matvec_scalar<BF16Weights>, matvec_bf16_avx2, matvec_bf16_avx512);
 #elif defined(LMTAIL_HAVE_NEON)
@@ -20,6 +22,7 @@ void bf16_matvec(const MatvecCall &c) {
 }  // namespace
 
 const CpuTypeImpl kCpuBF16{WeightType::BF16, precision_bit(Precision::F32) | LMT_Q0F_GGML_BIT, Precision::F32, bf16_matvec,
-                           float_quantize_16<f32_to_bf16_ggml>, float_dequantize<BF16Weights>};
+                           float_quantize_16<f32_to_bf16_ggml>, float_dequantize<BF16Weights>,
+                           kBF16Builds, kGgmlFloatNotReproduced};
 
 }  // namespace lmt::cpu

@@ -13,7 +13,7 @@ void f32_quantize(const float *src, uint8_t *dst, int64_t rows, int64_t cols, in
 }
 
 void f32_matvec(const MatvecCall &c) {
-    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(f32_matvec_ggml_avx2), "F32")) return;
+    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(f32_matvec_ggml_avx2), "F32", kGgmlBuildsF32)) return;
 #if defined(LMTAIL_HAVE_X86)
     float_matvec_run(c, float_matvec_scalar<F32Weights>, matvec_f32_avx2, matvec_f32_avx512);
 #elif defined(LMTAIL_HAVE_NEON)
@@ -26,6 +26,7 @@ void f32_matvec(const MatvecCall &c) {
 }  // namespace
 
 const CpuTypeImpl kCpuF32{WeightType::F32, precision_bit(Precision::F32) | LMT_Q0F_GGML_BIT, Precision::F32, f32_matvec, f32_quantize,
-                          float_dequantize<F32Weights>};
+                          float_dequantize<F32Weights>,
+                          kGgmlBuildsF32, kGgmlQ0NotReproduced};
 
 }  // namespace lmt::cpu

@@ -332,7 +332,7 @@ void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
 }
 
 void matvec(const MatvecCall &c) {
-    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(q4_0_matvec_ggml_avx2), "Q4_0")) return;
+    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(q4_0_matvec_ggml_avx2), "Q4_0", kGgmlBuildsInt)) return;
     if (c.precision != Precision::I24) {
         run_f32(c, c.x, c.T, c.logits);
         return;
@@ -359,6 +359,7 @@ void matvec(const MatvecCall &c) {
 
 const CpuTypeImpl kCpuQ4_0{WeightType::Q4_0, precision_bit(Precision::F32) | precision_bit(Precision::I24) | LMT_Q0F_GGML_BIT,
                            Precision::I24, q4_0::matvec,
-                           q4_0::quantize, q4_0::dequantize};
+                           q4_0::quantize, q4_0::dequantize,
+                           kGgmlBuildsInt, kGgmlQ0NotReproduced};
 
 }  // namespace lmt::cpu

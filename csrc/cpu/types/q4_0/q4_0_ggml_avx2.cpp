@@ -10,6 +10,7 @@
 //   by x), the gemv |w| * (x signed by w), so an activation byte of -128 (ggml's q8_0 of a NaN)
 //   against a negative weight wraps in the gemv only. No repacked copy is needed for the values:
 //   the interleaving only reorders loads, so these kernels read the plain Q4_0 rows.
+// (ggml's x86 AVX-512 build gives the same bytes on every path: cpu/ggml/ggml_isa.hpp.)
 #include "cpu/ggml/q0f_ggml.hpp"
 #include "cpu/ggml/q0f_ggml_x86.hpp"
 #include "lmtail/blocks/q4_0.h"

@@ -104,6 +104,7 @@ void q4_k_matvec(const MatvecCall &c) {
 
 const CpuTypeImpl kCpuQ4_K{WeightType::Q4_K,
                            precision_bit(Precision::F32) | precision_bit(Precision::I24) | kGgmlKPrecisionBit,
-                           Precision::I24, q4_k_matvec, quantize_q4_k, dequantize_q4_k};
+                           Precision::I24, q4_k_matvec, quantize_q4_k, dequantize_q4_k,
+                           kGgmlBuildsInt, kGgmlKNotReproduced};
 
 }  // namespace lmt::cpu

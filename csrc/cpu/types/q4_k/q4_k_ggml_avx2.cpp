@@ -1,6 +1,7 @@
 // Q4_K, precision="ggml": ggml's AVX2 build for a weight in a plain CPU buffer (paths in
 // cpu/ggml/kquant_ggml.hpp, float order in ggml_x86::k45_rows). Chunk c of a block holds the
 // codes (qs[32(c/2) + l] >> 4(c%2)) & 15, scaled by sc[c]; mins mn[c].
+// (ggml's x86 AVX-512 build gives the same bytes on every path: cpu/ggml/ggml_isa.hpp.)
 #include "cpu/ggml/kquant_ggml_x86.hpp"
 #include "cpu/internal.hpp"
 #include "lmtail/blocks/q4_k.h"

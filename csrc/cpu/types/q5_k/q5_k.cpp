@@ -134,6 +134,7 @@ void q5_k_matvec(const MatvecCall &c) {
 const CpuTypeImpl kCpuQ5_K{WeightType::Q5_K,
                            precision_bit(Precision::F32) | precision_bit(Precision::I16) | precision_bit(Precision::I24) |
                                kGgmlKPrecisionBit,
-                           Precision::I24, q5_k_matvec, quantize_q5_k, dequantize_q5_k};
+                           Precision::I24, q5_k_matvec, quantize_q5_k, dequantize_q5_k,
+                           kGgmlBuildsInt, kGgmlKNotReproduced};
 
 }  // namespace lmt::cpu

@@ -1,5 +1,6 @@
 // Q5_K, precision="ggml": ggml's AVX2 build (paths in cpu/ggml/kquant_ggml.hpp, block integers
 // and float order in ggml_x86::k45_block / k45_rows).
+// (ggml's x86 AVX-512 build gives the same bytes on every path: cpu/ggml/ggml_isa.hpp.)
 #include "cpu/ggml/kquant_ggml_x86.hpp"
 
 namespace lmt::cpu {

@@ -158,6 +158,7 @@ void q6_k_matvec(const MatvecCall &c) {
 // Default: I24 (faster than F32, and at least as accurate: see tests/test_type_q6_k.py).
 const CpuTypeImpl kCpuQ6_K{WeightType::Q6_K,
                            precision_bit(Precision::F32) | precision_bit(Precision::I24) | kGgmlKPrecisionBit,
-                           Precision::I24, q6_k_matvec, quantize_q6_k, dequantize_q6_k};
+                           Precision::I24, q6_k_matvec, quantize_q6_k, dequantize_q6_k,
+                           kGgmlBuildsInt, kGgmlKNotReproduced};
 
 }  // namespace lmt::cpu

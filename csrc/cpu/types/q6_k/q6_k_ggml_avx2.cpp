@@ -9,6 +9,7 @@
 //   tiled  (T >= 8):  S1 = sum of the lanes (= sum_i sc * (q - 32) * y, the tiled kernel's
 //                     act-biased integer after its correction); res = d_w * (float)S1;
 //                     acc = fma(res, d_x, acc).
+// (ggml's x86 AVX-512 build gives the same bytes on every path: cpu/ggml/ggml_isa.hpp.)
 #include "cpu/ggml/kquant_ggml.hpp"
 #include "cpu/ggml/kquant_ggml_x86.hpp"
 #include "cpu/types/q6_k/q6k.hpp"

@@ -122,7 +122,7 @@ static void canonical_nans(float *logits, int64_t rows, int64_t T, int64_t r0, i
 }
 
 void q8_0_matvec(const MatvecCall &c) {
-    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(q8_0_matvec_ggml_avx2), "Q8_0")) return;
+    if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(q8_0_matvec_ggml_avx2), "Q8_0", kGgmlBuildsInt)) return;
     const MatvecArgs a{c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits};
     void (*kernel)(const MatvecArgs &, int64_t, int64_t) = matvec_q8_0_scalar;
 #if defined(LMTAIL_HAVE_X86)
@@ -143,6 +143,7 @@ void q8_0_matvec(const MatvecCall &c) {
 }  // namespace
 
 const CpuTypeImpl kCpuQ8_0{WeightType::Q8_0, precision_bit(Precision::F32) | LMT_Q0F_GGML_BIT, Precision::F32, q8_0_matvec,
-                           quantize_q8_0, dequantize_q8_0};
+                           quantize_q8_0, dequantize_q8_0,
+                           kGgmlBuildsInt, kGgmlQ0NotReproduced};
 
 }  // namespace lmt::cpu

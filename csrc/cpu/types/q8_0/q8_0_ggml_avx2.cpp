@@ -6,6 +6,7 @@
 //   logit = hsum8(acc)
 // (tinyBLAS's gemm4xN/gemmMx4 tiles form the same d product, da * db, in a vector multiply).
 // Each logit is one dot product, so the thread count cannot change it (ggml's neither).
+// (ggml's x86 AVX-512 build gives the same bytes on every path: cpu/ggml/ggml_isa.hpp.)
 #include "cpu/ggml/q0f_ggml.hpp"
 #include "cpu/ggml/q0f_ggml_x86.hpp"
 
