@@ -1,0 +1,230 @@
+// 512-bit AVX-512 BW + VNNI integer kernels of the 256-block K precisions: Q5_K I16 / I24 and
+// Q4_K I24 (the canonical expressions: cpu/internal.hpp, q4_k_internal.hpp). Included only by
+// *_avx512.cpp translation units (static inline, anonymous namespace: no ODR mixing).
+//
+// Per 64-weight group g of a block the weights are decoded ONCE, in natural order, into one zmm
+// of signed bytes C = [sub-block 2g | sub-block 2g+1] (Q5_K: the 5th bit through a byte mask,
+// vptestnmb + masked vpsubb of 16; Q4_K: nibble - 8). One vpmaddubsw against the byte pattern
+// PE = [(s2g, 0) x16 | (s2g+1, 0) x16] gives the scaled EVEN weights of both sub-blocks as words,
+// PO = (0, s) the odd ones; vpdpwssd then multiplies them with the activations and accumulates
+// (madd + add in one instruction). The activations must be in the AVX-512 layout
+// (k512_activation_layout, cpu/internal.hpp: xq's 32-byte chunks [E2g O2g E2g+1 O2g+1] ->
+// [E2g E2g+1 O2g O2g+1], so both operands of each vpdpwssd are one contiguous zmm; and the
+// records of a pass's rows block-major, so one pointer with constant offsets serves them: with
+// per-row pointers the 16 GPRs spilled at 8 rows per pass). int32 lane m < 8 then holds weights
+// 4m, 4m+2 (E) and 4m+1, 4m+3 (O) of sub-block 2g, lane 8 + m the same of sub-block 2g+1: lanes
+// m and m + 8 added at the block end are exactly the canonical lane (i >> 2) & 7 == m.
+// The I24 residual b (uint8, natural order, 64 bytes = the group) is vpmaddubsw(b, C) (pairs of
+// consecutive weights, |.| <= 2 * 255 * 16) then vpdpwssd with PE, whose words are the sub-block
+// scales: the same lanes. Integer sums are exact (cpu/internal.hpp bounds), so the order is free;
+// the f32 combination per block is the AVX2 kernel's expression, lane for lane.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "cpu/internal.hpp"
+#include "lmtail/blocks/q4_k.h"
+
+#ifndef LMT_I16_PF
+#define LMT_I16_PF 4096  // as q5k_x86.hpp
+#endif
+
+// The -O2 build of the *_int_* files does not unroll the per-activation-row loops, which would
+// leave the accumulators in memory: force it (they are TG <= 8 iterations).
+#define LMT_K512_UNROLL _Pragma("GCC unroll 16")
+
+namespace lmt::cpu {
+namespace {
+
+enum class K512 { Q5_I16, Q5_I24, Q4_I24 };
+
+template <K512 K>
+struct K512Block {
+    using type = lmt_block_q5_K;
+};
+template <>
+struct K512Block<K512::Q4_I24> {
+    using type = lmt_block_q4_K;
+};
+
+// 8 bytes, each `v`, as one qword.
+constexpr long long k512_rep8(unsigned v) { return (long long)(0x0101010101010101ull * (v & 0xFFu)); }
+constexpr long long k512_rep4w(unsigned w) { return (long long)(0x0001000100010001ull * (w & 0xFFFFu)); }
+
+// Group G as signed bytes [sub-block 2G | 2G+1] in natural order: q (I16), q - 16 (Q5 I24),
+// q - 8 (Q4 I24).
+template <K512 K, int G>
+static inline __m512i k512_decode(const uint8_t *qs, __m512i QH) {
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * G));
+    const __m512i n = _mm512_and_si512(
+        _mm512_inserti64x4(_mm512_castsi256_si512(ql), _mm256_srli_epi16(ql, 4), 1), _mm512_set1_epi8(0x0F));
+    if constexpr (K == K512::Q4_I24) {
+        (void)QH;
+        return _mm512_sub_epi8(n, _mm512_set1_epi8(8));
+    } else {
+        // Low nibbles take qh bit 2G, high nibbles bit 2G + 1 (lmt_q5k_q).
+        const long long lo = k512_rep8(1u << (2 * G)), hi = k512_rep8(1u << (2 * G + 1));
+        const __m512i bits = _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+        if constexpr (K == K512::Q5_I24) {  // q - 16 = n - 16 where the 5th bit is clear
+            return _mm512_mask_sub_epi8(n, _mm512_testn_epi8_mask(QH, bits), n, _mm512_set1_epi8(16));
+        } else {
+            return _mm512_mask_add_epi8(n, _mm512_test_epi8_mask(QH, bits), n, _mm512_set1_epi8(16));
+        }
+    }
+}
+
+// vpshufb controls picking scale byte 2G (low half) / 2G + 1 (high half) of the broadcast
+// scales into the even (E) or odd (O) byte of each word; 0x80 gives 0.
+template <int G>
+static inline __m512i k512_ctrl_e() {
+    const long long lo = k512_rep4w(0x8000u | (2u * G)), hi = k512_rep4w(0x8000u | (2u * G + 1));
+    return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+}
+template <int G>
+static inline __m512i k512_ctrl_o() {
+    const long long lo = k512_rep4w(((2u * G) << 8) | 0x80u), hi = k512_rep4w(((2u * G + 1) << 8) | 0x80u);
+    return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
+}
+
+// NL int32 accumulators for L per activation row (2 at TG <= 2: two dependency chains).
+template <K512 K, int G, int TG, int NL>
+static inline void k512_group(const uint8_t *qs, __m512i QH, __m512i SCB, const int16_t *xb, const uint8_t *rb,
+                              __m512i (*aL)[NL], __m512i *aR) {
+    constexpr bool RES = K != K512::Q5_I16;
+    const __m512i C = k512_decode<K, G>(qs, QH);
+    const __m512i PE = _mm512_shuffle_epi8(SCB, k512_ctrl_e<G>());
+    const __m512i PO = _mm512_shuffle_epi8(SCB, k512_ctrl_o<G>());
+    // Pattern unsigned (<= 63), weights signed: |s * c| <= 63 * 31, one nonzero byte product.
+    const __m512i E = _mm512_maddubs_epi16(PE, C), O = _mm512_maddubs_epi16(PO, C);
+    LMT_K512_UNROLL
+    for (int t = 0; t < TG; ++t) {
+        const __m512i *x = reinterpret_cast<const __m512i *>(xb + LMT_QK_K * t + 64 * G);
+        aL[t][0] = _mm512_dpwssd_epi32(aL[t][0], E, _mm512_loadu_si512(x));
+        aL[t][NL - 1] = _mm512_dpwssd_epi32(aL[t][NL - 1], O, _mm512_loadu_si512(x + 1));
+        if constexpr (RES) {
+            const __m512i bc = _mm512_maddubs_epi16(_mm512_loadu_si512(rb + LMT_QK_K * t + 64 * G), C);
+            aR[t] = _mm512_dpwssd_epi32(aR[t], bc, PE);
+        }
+    }
+}
+
+// Lanes m and m + 8 -> the 8 canonical int32 lanes, as f32 (exact sum, one rounding).
+static inline __m256 k512_fold_ps(__m512i v) {
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+}
+
+static inline float k512_hsum8(__m256 a) {  // canonical hsum8 (cpu/internal.hpp)
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+template <K512 K>
+static inline void k512_scale_min_bytes(const typename K512Block<K>::type *bk, uint64_t *sc, uint64_t *mm) {
+    // Q5_K and Q4_K pack the 6-bit scales / mins identically.
+    q5k_scale_min_bytes(reinterpret_cast<const lmt_block_q5_K *>(bk), sc, mm);
+}
+
+// Rows [r0, r1) against activation rows [t0, t0 + TG).
+template <K512 K, int TG>
+static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
+    static_assert(offsetof(lmt_block_q5_K, scales) == offsetof(lmt_block_q4_K, scales), "shared scale packing");
+    using Block = typename K512Block<K>::type;
+    constexpr bool RES = K != K512::Q5_I16;
+    constexpr int NL = TG <= 2 ? 2 : 1;
+    const int64_t nb = a.cols / LMT_QK_K;
+    for (int64_t r = r0; r < r1; ++r) {
+        const auto *blocks = reinterpret_cast<const Block *>(a.w + (size_t)r * a.row_stride);
+        __m256 facc[TG];
+        LMT_K512_UNROLL
+        for (int t = 0; t < TG; ++t) facc[t] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            const Block *bk = blocks + b;
+#if LMT_I16_PF > 0
+            {
+                const char *ahead = reinterpret_cast<const char *>(bk) + LMT_I16_PF;
+                _mm_prefetch(ahead, _MM_HINT_T0);
+                _mm_prefetch(ahead + 64, _MM_HINT_T0);
+                _mm_prefetch(ahead + 128, _MM_HINT_T0);
+            }
+#endif
+            uint64_t sc, mm;
+            k512_scale_min_bytes<K>(bk, &sc, &mm);
+            const __m512i SCB = _mm512_set1_epi64((long long)sc);
+            __m512i QH = _mm512_setzero_si512();
+            if constexpr (K != K512::Q4_I24)
+                QH = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh)));
+            // Pass-major records (cpu/internal.hpp): row t of block b at b * TG + t.
+            const int16_t *xb = a.xq + t0 * a.cols + b * TG * LMT_QK_K;
+            const uint8_t *rb = RES ? a.xr + t0 * a.cols + b * TG * LMT_QK_K : nullptr;
+            const int64_t tb0 = t0 * nb + b * TG;
+            __m512i aL[TG][NL], aR[TG];
+            LMT_K512_UNROLL
+            for (int t = 0; t < TG; ++t) {
+                for (int l = 0; l < NL; ++l) aL[t][l] = _mm512_setzero_si512();
+                aR[t] = _mm512_setzero_si512();
+            }
+            k512_group<K, 0, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+            k512_group<K, 1, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+            k512_group<K, 2, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+            k512_group<K, 3, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+            const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)bk->d | ((uint32_t)bk->dmin << 16))));
+            const __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
+            if constexpr (RES) {
+                // acc = fma(L, d*dx, acc); acc = fma(R, d*dxr, acc); acc = fma(C, X, acc) with
+                // C = c*d*sc - dmin*m (c = 16 for Q5_K, 8 for Q4_K; c*d exact).
+                const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+                const float cen = K == K512::Q4_I24 ? 8.0f : 16.0f;
+                const __m256 dc = _mm256_broadcastss_ps(_mm_mul_ss(ddm, _mm_set_ss(cen)));
+                const __m256 Cc =
+                    _mm256_fmsub_ps(dc, scf, _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddm)), mv));
+                const float d = _mm_cvtss_f32(ddm);
+                LMT_K512_UNROLL
+                for (int t = 0; t < TG; ++t) {
+                    const int64_t tb = tb0 + t;
+                    const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
+                    facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_set1_ps(d * a.dx[tb]), facc[t]);
+                    facc[t] = _mm256_fmadd_ps(k512_fold_ps(aR[t]), _mm256_set1_ps(d * a.dxr[tb]), facc[t]);
+                    facc[t] = _mm256_fmadd_ps(Cc, _mm256_loadu_ps(a.xsum + tb * 8), facc[t]);
+                }
+            } else {
+                // acc = fma(L, d*dx, acc); acc = fma(-M, dmin*dx, acc), M = m * xsum (exact in f32).
+                LMT_K512_UNROLL
+                for (int t = 0; t < TG; ++t) {
+                    const int64_t tb = tb0 + t;
+                    const __m128 s = _mm_mul_ps(ddm, _mm_set1_ps(a.dx[tb]));
+                    const __m256 M = _mm256_mul_ps(mv, _mm256_loadu_ps(a.xsum + tb * 8));
+                    const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
+                    facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_broadcastss_ps(s), facc[t]);
+                    facc[t] = _mm256_fnmadd_ps(M, _mm256_broadcastss_ps(_mm_movehdup_ps(s)), facc[t]);
+                }
+            }
+        }
+        LMT_K512_UNROLL
+        for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r] = k512_hsum8(facc[t]);
+    }
+}
+
+// Passes of kK512Pass activation rows, as k512_activation_layout stored them.
+template <K512 K>
+static inline void k512_rows_all(const MatvecI16Args &a, int64_t r0, int64_t r1) {
+    constexpr int TGMAX = kK512Pass;
+    for (int64_t t0 = 0; t0 < a.T; t0 += TGMAX) {
+        switch ((int)std::min<int64_t>(TGMAX, a.T - t0)) {
+            case 1: k512_rows<K, 1>(a, r0, r1, t0); break;
+            case 2: k512_rows<K, std::min(2, TGMAX)>(a, r0, r1, t0); break;
+            case 3: k512_rows<K, std::min(3, TGMAX)>(a, r0, r1, t0); break;
+            case 4: k512_rows<K, std::min(4, TGMAX)>(a, r0, r1, t0); break;
+            case 5: k512_rows<K, std::min(5, TGMAX)>(a, r0, r1, t0); break;
+            case 6: k512_rows<K, std::min(6, TGMAX)>(a, r0, r1, t0); break;
+            case 7: k512_rows<K, std::min(7, TGMAX)>(a, r0, r1, t0); break;
+            default: k512_rows<K, TGMAX>(a, r0, r1, t0); break;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace lmt::cpu
