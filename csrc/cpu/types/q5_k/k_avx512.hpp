@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 #include "cpu/internal.hpp"
 #include "lmtail/blocks/q4_k.h"
@@ -128,13 +129,80 @@ static inline void k512_scale_min_bytes(const typename K512Block<K>::type *bk, u
     q5k_scale_min_bytes(reinterpret_cast<const lmt_block_q5_K *>(bk), sc, mm);
 }
 
-// Rows [r0, r1) against activation rows [t0, t0 + TG).
+// One block (bk) of one weight row against the TG activation rows of a pass: facc[t] += the
+// block's canonical f32 terms. xb / rb / tb0: the pass's records of block b (pass-major).
 template <K512 K, int TG>
-static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
+__attribute__((always_inline)) static inline void k512_block(const MatvecI16Args &a, const typename K512Block<K>::type *bk, const int16_t *xb,
+                              const uint8_t *rb, int64_t tb0, __m256 *facc) {
     static_assert(offsetof(lmt_block_q5_K, scales) == offsetof(lmt_block_q4_K, scales), "shared scale packing");
-    using Block = typename K512Block<K>::type;
     constexpr bool RES = K != K512::Q5_I16;
     constexpr int NL = TG <= 2 ? 2 : 1;
+    if constexpr (!RES) (void)rb;
+    uint64_t sc, mm;
+    k512_scale_min_bytes<K>(bk, &sc, &mm);
+    const __m512i SCB = _mm512_set1_epi64((long long)sc);
+    __m512i QH = _mm512_setzero_si512();
+    if constexpr (K != K512::Q4_I24)
+        QH = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh)));
+    __m512i aL[TG][NL], aR[TG];
+    LMT_K512_UNROLL
+    for (int t = 0; t < TG; ++t) {
+        for (int l = 0; l < NL; ++l) aL[t][l] = _mm512_setzero_si512();
+        aR[t] = _mm512_setzero_si512();
+    }
+    k512_group<K, 0, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 1, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 2, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 3, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)bk->d | ((uint32_t)bk->dmin << 16))));
+    const __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
+    if constexpr (RES) {
+        // acc = fma(L, d*dx, acc); acc = fma(R, d*dxr, acc); acc = fma(C, X, acc) with
+        // C = c*d*sc - dmin*m (c = 16 for Q5_K, 8 for Q4_K; c*d exact).
+        const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        const float cen = K == K512::Q4_I24 ? 8.0f : 16.0f;
+        const __m256 dc = _mm256_broadcastss_ps(_mm_mul_ss(ddm, _mm_set_ss(cen)));
+        const __m256 Cc =
+            _mm256_fmsub_ps(dc, scf, _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddm)), mv));
+        // d * dx and d * dxr for the pass's rows at once (their records are contiguous,
+        // pass-major), then broadcast from memory per row: per-row scalar multiplies
+        // and register broadcasts were ~1/4 of the f32 part's instructions.
+        const __mmask8 km = (__mmask8)((1u << TG) - 1u);
+        const __m256 dv = _mm256_broadcastss_ps(ddm);
+        alignas(32) float e[8], er[8];
+        _mm256_store_ps(e, _mm256_mul_ps(dv, _mm256_maskz_loadu_ps(km, a.dx + tb0)));
+        _mm256_store_ps(er, _mm256_mul_ps(dv, _mm256_maskz_loadu_ps(km, a.dxr + tb0)));
+        LMT_K512_UNROLL
+        for (int t = 0; t < TG; ++t) {
+            const int64_t tb = tb0 + t;
+            const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
+            facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_broadcast_ss(e + t), facc[t]);
+            facc[t] = _mm256_fmadd_ps(k512_fold_ps(aR[t]), _mm256_broadcast_ss(er + t), facc[t]);
+            facc[t] = _mm256_fmadd_ps(Cc, _mm256_loadu_ps(a.xsum + tb * 8), facc[t]);
+        }
+    } else {
+        // acc = fma(L, d*dx, acc); acc = fma(-M, dmin*dx, acc), M = m * xsum (exact in f32).
+        const __mmask8 km = (__mmask8)((1u << TG) - 1u);
+        const __m256 dxv = _mm256_maskz_loadu_ps(km, a.dx + tb0);
+        alignas(32) float e[8], em[8];
+        _mm256_store_ps(e, _mm256_mul_ps(_mm256_broadcastss_ps(ddm), dxv));
+        _mm256_store_ps(em, _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddm)), dxv));
+        LMT_K512_UNROLL
+        for (int t = 0; t < TG; ++t) {
+            const int64_t tb = tb0 + t;
+            const __m256 M = _mm256_mul_ps(mv, _mm256_loadu_ps(a.xsum + tb * 8));
+            const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
+            facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_broadcast_ss(e + t), facc[t]);
+            facc[t] = _mm256_fnmadd_ps(M, _mm256_broadcast_ss(em + t), facc[t]);
+        }
+    }
+}
+
+// Rows [r0, r1) against activation rows [t0, t0 + TG), one weight row at a time (TG = 1: one
+// activation row's xq + xr is 3 bytes per column, 20 KB at 6656 columns, and stays in L1).
+template <K512 K, int TG>
+static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
+    using Block = typename K512Block<K>::type;
     const int64_t nb = a.cols / LMT_QK_K;
     for (int64_t r = r0; r < r1; ++r) {
         const auto *blocks = reinterpret_cast<const Block *>(a.w + (size_t)r * a.row_stride);
@@ -151,60 +219,54 @@ static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int
                 _mm_prefetch(ahead + 128, _MM_HINT_T0);
             }
 #endif
-            uint64_t sc, mm;
-            k512_scale_min_bytes<K>(bk, &sc, &mm);
-            const __m512i SCB = _mm512_set1_epi64((long long)sc);
-            __m512i QH = _mm512_setzero_si512();
-            if constexpr (K != K512::Q4_I24)
-                QH = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh)));
             // Pass-major records (cpu/internal.hpp): row t of block b at b * TG + t.
-            const int16_t *xb = a.xq + t0 * a.cols + b * TG * LMT_QK_K;
-            const uint8_t *rb = RES ? a.xr + t0 * a.cols + b * TG * LMT_QK_K : nullptr;
-            const int64_t tb0 = t0 * nb + b * TG;
-            __m512i aL[TG][NL], aR[TG];
-            LMT_K512_UNROLL
-            for (int t = 0; t < TG; ++t) {
-                for (int l = 0; l < NL; ++l) aL[t][l] = _mm512_setzero_si512();
-                aR[t] = _mm512_setzero_si512();
-            }
-            k512_group<K, 0, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
-            k512_group<K, 1, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
-            k512_group<K, 2, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
-            k512_group<K, 3, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
-            const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)bk->d | ((uint32_t)bk->dmin << 16))));
-            const __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
-            if constexpr (RES) {
-                // acc = fma(L, d*dx, acc); acc = fma(R, d*dxr, acc); acc = fma(C, X, acc) with
-                // C = c*d*sc - dmin*m (c = 16 for Q5_K, 8 for Q4_K; c*d exact).
-                const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-                const float cen = K == K512::Q4_I24 ? 8.0f : 16.0f;
-                const __m256 dc = _mm256_broadcastss_ps(_mm_mul_ss(ddm, _mm_set_ss(cen)));
-                const __m256 Cc =
-                    _mm256_fmsub_ps(dc, scf, _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(ddm)), mv));
-                const float d = _mm_cvtss_f32(ddm);
-                LMT_K512_UNROLL
-                for (int t = 0; t < TG; ++t) {
-                    const int64_t tb = tb0 + t;
-                    const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
-                    facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_set1_ps(d * a.dx[tb]), facc[t]);
-                    facc[t] = _mm256_fmadd_ps(k512_fold_ps(aR[t]), _mm256_set1_ps(d * a.dxr[tb]), facc[t]);
-                    facc[t] = _mm256_fmadd_ps(Cc, _mm256_loadu_ps(a.xsum + tb * 8), facc[t]);
-                }
-            } else {
-                // acc = fma(L, d*dx, acc); acc = fma(-M, dmin*dx, acc), M = m * xsum (exact in f32).
-                LMT_K512_UNROLL
-                for (int t = 0; t < TG; ++t) {
-                    const int64_t tb = tb0 + t;
-                    const __m128 s = _mm_mul_ps(ddm, _mm_set1_ps(a.dx[tb]));
-                    const __m256 M = _mm256_mul_ps(mv, _mm256_loadu_ps(a.xsum + tb * 8));
-                    const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
-                    facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_broadcastss_ps(s), facc[t]);
-                    facc[t] = _mm256_fnmadd_ps(M, _mm256_broadcastss_ps(_mm_movehdup_ps(s)), facc[t]);
-                }
-            }
+            k512_block<K, TG>(a, bk, a.xq + t0 * a.cols + b * TG * LMT_QK_K,
+                              a.xr ? a.xr + t0 * a.cols + b * TG * LMT_QK_K : nullptr, t0 * nb + b * TG, facc);
         }
         LMT_K512_UNROLL
         for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r] = k512_hsum8(facc[t]);
+    }
+}
+
+// TG >= 2: the pass's activations (TG * 768 bytes per block) exceed L1 over a row, and sweeping
+// them from L2 once per weight row bounded the kernel (the same ~10 ns per block and row as the
+// AVX2 kernel at T = 8, well above its multiply count). So blocks are the outer loop over a chunk
+// of KC weight rows: block b's activations stay in L1 while the chunk's rows use them; the f32
+// accumulators live in a small L1 array between blocks (their order per lane is unchanged).
+#ifndef LMT_K512_KC
+#define LMT_K512_KC 16
+#endif
+template <K512 K, int TG>
+static inline void k512_rows_chunked(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
+    using Block = typename K512Block<K>::type;
+    constexpr int KC = LMT_K512_KC;
+    const int64_t nb = a.cols / LMT_QK_K;
+    alignas(32) float accm[KC][TG][8];
+    for (int64_t c0 = r0; c0 < r1; c0 += KC) {
+        const int n = (int)std::min<int64_t>(KC, r1 - c0);
+        std::memset(accm, 0, sizeof(accm));
+        for (int64_t b = 0; b < nb; ++b) {
+            const int16_t *xb = a.xq + t0 * a.cols + b * TG * LMT_QK_K;
+            const uint8_t *rb = a.xr ? a.xr + t0 * a.cols + b * TG * LMT_QK_K : nullptr;
+            for (int k = 0; k < n; ++k) {
+                const Block *bk = reinterpret_cast<const Block *>(a.w + (size_t)(c0 + k) * a.row_stride) + b;
+                {  // the same row's next-but-one block: n block-rows of work away
+                    const char *ahead = reinterpret_cast<const char *>(bk + 2);
+                    _mm_prefetch(ahead, _MM_HINT_T0);
+                    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+                    _mm_prefetch(ahead + 128, _MM_HINT_T0);
+                    _mm_prefetch(ahead + sizeof(Block) - 1, _MM_HINT_T0);
+                }
+                __m256 facc[TG];
+                LMT_K512_UNROLL
+                for (int t = 0; t < TG; ++t) facc[t] = _mm256_load_ps(accm[k][t]);
+                k512_block<K, TG>(a, bk, xb, rb, t0 * nb + b * TG, facc);
+                LMT_K512_UNROLL
+                for (int t = 0; t < TG; ++t) _mm256_store_ps(accm[k][t], facc[t]);
+            }
+        }
+        for (int k = 0; k < n; ++k)
+            for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + c0 + k] = k512_hsum8(_mm256_load_ps(accm[k][t]));
     }
 }
 
@@ -215,13 +277,13 @@ static inline void k512_rows_all(const MatvecI16Args &a, int64_t r0, int64_t r1)
     for (int64_t t0 = 0; t0 < a.T; t0 += TGMAX) {
         switch ((int)std::min<int64_t>(TGMAX, a.T - t0)) {
             case 1: k512_rows<K, 1>(a, r0, r1, t0); break;
-            case 2: k512_rows<K, std::min(2, TGMAX)>(a, r0, r1, t0); break;
-            case 3: k512_rows<K, std::min(3, TGMAX)>(a, r0, r1, t0); break;
-            case 4: k512_rows<K, std::min(4, TGMAX)>(a, r0, r1, t0); break;
-            case 5: k512_rows<K, std::min(5, TGMAX)>(a, r0, r1, t0); break;
-            case 6: k512_rows<K, std::min(6, TGMAX)>(a, r0, r1, t0); break;
-            case 7: k512_rows<K, std::min(7, TGMAX)>(a, r0, r1, t0); break;
-            default: k512_rows<K, TGMAX>(a, r0, r1, t0); break;
+            case 2: k512_rows_chunked<K, std::min(2, TGMAX)>(a, r0, r1, t0); break;
+            case 3: k512_rows_chunked<K, std::min(3, TGMAX)>(a, r0, r1, t0); break;
+            case 4: k512_rows_chunked<K, std::min(4, TGMAX)>(a, r0, r1, t0); break;
+            case 5: k512_rows_chunked<K, std::min(5, TGMAX)>(a, r0, r1, t0); break;
+            case 6: k512_rows_chunked<K, std::min(6, TGMAX)>(a, r0, r1, t0); break;
+            case 7: k512_rows_chunked<K, std::min(7, TGMAX)>(a, r0, r1, t0); break;
+            default: k512_rows_chunked<K, TGMAX>(a, r0, r1, t0); break;
         }
     }
 }
