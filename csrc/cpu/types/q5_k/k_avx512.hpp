@@ -29,6 +29,12 @@
 #include "cpu/internal.hpp"
 #include "lmtail/blocks/q4_k.h"
 
+#ifndef LMT_K512_NL1
+#define LMT_K512_NL1 2
+#endif
+#ifndef LMT_K512_NR1
+#define LMT_K512_NR1 1
+#endif
 #ifndef LMT_I16_PF
 #define LMT_I16_PF 4096  // as q5k_x86.hpp
 #endif
@@ -90,10 +96,13 @@ static inline __m512i k512_ctrl_o() {
     return _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo);
 }
 
-// NL int32 accumulators for L per activation row (2 at TG <= 2: two dependency chains).
-template <K512 K, int G, int TG, int NL>
+// NL int32 accumulators for L and NR for R per activation row (more at small TG: independent
+// dependency chains; they are summed exactly at the block end).
+template <K512 K, int G, int TG, int NL, int NR>
 static inline void k512_group(const uint8_t *qs, __m512i QH, __m512i SCB, const int16_t *xb, const uint8_t *rb,
-                              __m512i (*aL)[NL], __m512i *aR) {
+                              __m512i (*aL)[NL], __m512i (*aR)[NR]) {
+    constexpr int sE = NL == 4 ? 2 * (G & 1) : 0, sO = NL == 4 ? 2 * (G & 1) + 1 : NL - 1;
+    constexpr int sR = NR == 2 ? (G & 1) : 0;
     constexpr bool RES = K != K512::Q5_I16;
     const __m512i C = k512_decode<K, G>(qs, QH);
     const __m512i PE = _mm512_shuffle_epi8(SCB, k512_ctrl_e<G>());
@@ -103,11 +112,11 @@ static inline void k512_group(const uint8_t *qs, __m512i QH, __m512i SCB, const 
     LMT_K512_UNROLL
     for (int t = 0; t < TG; ++t) {
         const __m512i *x = reinterpret_cast<const __m512i *>(xb + LMT_QK_K * t + 64 * G);
-        aL[t][0] = _mm512_dpwssd_epi32(aL[t][0], E, _mm512_loadu_si512(x));
-        aL[t][NL - 1] = _mm512_dpwssd_epi32(aL[t][NL - 1], O, _mm512_loadu_si512(x + 1));
+        aL[t][sE] = _mm512_dpwssd_epi32(aL[t][sE], E, _mm512_loadu_si512(x));
+        aL[t][sO] = _mm512_dpwssd_epi32(aL[t][sO], O, _mm512_loadu_si512(x + 1));
         if constexpr (RES) {
             const __m512i bc = _mm512_maddubs_epi16(_mm512_loadu_si512(rb + LMT_QK_K * t + 64 * G), C);
-            aR[t] = _mm512_dpwssd_epi32(aR[t], bc, PE);
+            aR[t][sR] = _mm512_dpwssd_epi32(aR[t][sR], bc, PE);
         }
     }
 }
@@ -115,6 +124,13 @@ static inline void k512_group(const uint8_t *qs, __m512i QH, __m512i SCB, const 
 // Lanes m and m + 8 -> the 8 canonical int32 lanes, as f32 (exact sum, one rounding).
 static inline __m256 k512_fold_ps(__m512i v) {
     return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+}
+
+template <int N>
+static inline __m512i k512_sum(const __m512i *v) {  // exact int32 sum of N accumulators
+    if constexpr (N == 1) return v[0];
+    else if constexpr (N == 2) return _mm512_add_epi32(v[0], v[1]);
+    else return _mm512_add_epi32(_mm512_add_epi32(v[0], v[1]), _mm512_add_epi32(v[2], v[3]));
 }
 
 static inline float k512_hsum8(__m256 a) {  // canonical hsum8 (cpu/internal.hpp)
@@ -136,7 +152,8 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
                               const uint8_t *rb, int64_t tb0, __m256 *facc) {
     static_assert(offsetof(lmt_block_q5_K, scales) == offsetof(lmt_block_q4_K, scales), "shared scale packing");
     constexpr bool RES = K != K512::Q5_I16;
-    constexpr int NL = TG <= 2 ? 2 : 1;
+    constexpr int NL = TG == 1 ? LMT_K512_NL1 : TG <= 2 ? 2 : 1;
+    constexpr int NR = TG == 1 ? LMT_K512_NR1 : 1;
     if constexpr (!RES) (void)rb;
     uint64_t sc, mm;
     k512_scale_min_bytes<K>(bk, &sc, &mm);
@@ -144,16 +161,16 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
     __m512i QH = _mm512_setzero_si512();
     if constexpr (K != K512::Q4_I24)
         QH = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh)));
-    __m512i aL[TG][NL], aR[TG];
+    __m512i aL[TG][NL], aR[TG][NR];
     LMT_K512_UNROLL
     for (int t = 0; t < TG; ++t) {
         for (int l = 0; l < NL; ++l) aL[t][l] = _mm512_setzero_si512();
-        aR[t] = _mm512_setzero_si512();
+        for (int l = 0; l < NR; ++l) aR[t][l] = _mm512_setzero_si512();
     }
-    k512_group<K, 0, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 1, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 2, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 3, TG, NL>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 0, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 1, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 2, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 3, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
     const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)bk->d | ((uint32_t)bk->dmin << 16))));
     const __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
     if constexpr (RES) {
@@ -167,17 +184,22 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
         // d * dx and d * dxr for the pass's rows at once (their records are contiguous,
         // pass-major), then broadcast from memory per row: per-row scalar multiplies
         // and register broadcasts were ~1/4 of the f32 part's instructions.
-        const __mmask8 km = (__mmask8)((1u << TG) - 1u);
-        const __m256 dv = _mm256_broadcastss_ps(ddm);
         alignas(32) float e[8], er[8];
-        _mm256_store_ps(e, _mm256_mul_ps(dv, _mm256_maskz_loadu_ps(km, a.dx + tb0)));
-        _mm256_store_ps(er, _mm256_mul_ps(dv, _mm256_maskz_loadu_ps(km, a.dxr + tb0)));
+        if constexpr (TG == 1) {
+            e[0] = _mm_cvtss_f32(ddm) * a.dx[tb0];
+            er[0] = _mm_cvtss_f32(ddm) * a.dxr[tb0];
+        } else {
+            const __mmask8 km = (__mmask8)((1u << TG) - 1u);
+            const __m256 dv = _mm256_broadcastss_ps(ddm);
+            _mm256_store_ps(e, _mm256_mul_ps(dv, _mm256_maskz_loadu_ps(km, a.dx + tb0)));
+            _mm256_store_ps(er, _mm256_mul_ps(dv, _mm256_maskz_loadu_ps(km, a.dxr + tb0)));
+        }
         LMT_K512_UNROLL
         for (int t = 0; t < TG; ++t) {
             const int64_t tb = tb0 + t;
-            const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
+            const __m512i l = k512_sum<NL>(aL[t]);
             facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_broadcast_ss(e + t), facc[t]);
-            facc[t] = _mm256_fmadd_ps(k512_fold_ps(aR[t]), _mm256_broadcast_ss(er + t), facc[t]);
+            facc[t] = _mm256_fmadd_ps(k512_fold_ps(k512_sum<NR>(aR[t])), _mm256_broadcast_ss(er + t), facc[t]);
             facc[t] = _mm256_fmadd_ps(Cc, _mm256_loadu_ps(a.xsum + tb * 8), facc[t]);
         }
     } else {
@@ -191,7 +213,7 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
         for (int t = 0; t < TG; ++t) {
             const int64_t tb = tb0 + t;
             const __m256 M = _mm256_mul_ps(mv, _mm256_loadu_ps(a.xsum + tb * 8));
-            const __m512i l = NL == 2 ? _mm512_add_epi32(aL[t][0], aL[t][NL - 1]) : aL[t][0];
+            const __m512i l = k512_sum<NL>(aL[t]);
             facc[t] = _mm256_fmadd_ps(k512_fold_ps(l), _mm256_broadcast_ss(e + t), facc[t]);
             facc[t] = _mm256_fnmadd_ps(M, _mm256_broadcast_ss(em + t), facc[t]);
         }
@@ -234,7 +256,7 @@ static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int
 // of KC weight rows: block b's activations stay in L1 while the chunk's rows use them; the f32
 // accumulators live in a small L1 array between blocks (their order per lane is unchanged).
 #ifndef LMT_K512_KC
-#define LMT_K512_KC 16
+#define LMT_K512_KC 32
 #endif
 template <K512 K, int TG>
 static inline void k512_rows_chunked(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
