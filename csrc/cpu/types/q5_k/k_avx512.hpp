@@ -36,6 +36,9 @@
 #ifndef LMT_K512_NR1
 #define LMT_K512_NR1 1
 #endif
+#ifndef LMT_K512_W2
+#define LMT_K512_W2 1
+#endif
 #ifndef LMT_I16_PF
 #define LMT_I16_PF 4096  // as q5k_x86.hpp
 #endif
@@ -146,32 +149,13 @@ static inline void k512_scale_min_bytes(const typename K512Block<K>::type *bk, u
     q5k_scale_min_bytes(reinterpret_cast<const lmt_block_q5_K *>(bk), sc, mm);
 }
 
-// One block (bk) of one weight row against the TG activation rows of a pass: facc[t] += the
-// block's canonical f32 terms. xb / rb / tb0: the pass's records of block b (pass-major).
-template <K512 K, int TG>
-__attribute__((always_inline)) static inline void k512_block(const MatvecI16Args &a, const typename K512Block<K>::type *bk, const int16_t *xb,
-                              const uint8_t *rb, int64_t tb0, __m256 *facc) {
-    static_assert(offsetof(lmt_block_q5_K, scales) == offsetof(lmt_block_q4_K, scales), "shared scale packing");
+// The block's f32 terms from its int32 accumulators (the canonical expression).
+template <K512 K, int TG, int NL, int NR>
+__attribute__((always_inline)) static inline void k512_finish(const MatvecI16Args &a,
+                                                              const typename K512Block<K>::type *bk, uint64_t sc,
+                                                              uint64_t mm, __m512i (*aL)[NL], __m512i (*aR)[NR],
+                                                              int64_t tb0, __m256 *facc) {
     constexpr bool RES = K != K512::Q5_I16;
-    constexpr int NL = TG == 1 ? LMT_K512_NL1 : TG <= 2 ? 2 : 1;
-    constexpr int NR = TG == 1 ? LMT_K512_NR1 : 1;
-    if constexpr (!RES) (void)rb;
-    uint64_t sc, mm;
-    k512_scale_min_bytes<K>(bk, &sc, &mm);
-    const __m512i SCB = _mm512_set1_epi64((long long)sc);
-    __m512i QH = _mm512_setzero_si512();
-    if constexpr (K != K512::Q4_I24)
-        QH = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh)));
-    __m512i aL[TG][NL], aR[TG][NR];
-    LMT_K512_UNROLL
-    for (int t = 0; t < TG; ++t) {
-        for (int l = 0; l < NL; ++l) aL[t][l] = _mm512_setzero_si512();
-        for (int l = 0; l < NR; ++l) aR[t][l] = _mm512_setzero_si512();
-    }
-    k512_group<K, 0, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 1, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 2, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 3, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
     const __m128 ddm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)bk->d | ((uint32_t)bk->dmin << 16))));
     const __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
     if constexpr (RES) {
@@ -221,13 +205,120 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
     }
 }
 
+// One block (bk) of one weight row against the TG activation rows of a pass: facc[t] += the
+// block's canonical f32 terms. xb / rb / tb0: the pass's records of block b (pass-major).
+template <K512 K, int TG>
+__attribute__((always_inline)) static inline void k512_block(const MatvecI16Args &a, const typename K512Block<K>::type *bk, const int16_t *xb,
+                              const uint8_t *rb, int64_t tb0, __m256 *facc) {
+    static_assert(offsetof(lmt_block_q5_K, scales) == offsetof(lmt_block_q4_K, scales), "shared scale packing");
+    constexpr bool RES = K != K512::Q5_I16;
+    constexpr int NL = TG == 1 ? LMT_K512_NL1 : TG <= 2 ? 2 : 1;
+    constexpr int NR = TG == 1 ? LMT_K512_NR1 : 1;
+    if constexpr (!RES) (void)rb;
+    uint64_t sc, mm;
+    k512_scale_min_bytes<K>(bk, &sc, &mm);
+    const __m512i SCB = _mm512_set1_epi64((long long)sc);
+    __m512i QH = _mm512_setzero_si512();
+    if constexpr (K != K512::Q4_I24)
+        QH = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh)));
+    __m512i aL[TG][NL], aR[TG][NR];
+    LMT_K512_UNROLL
+    for (int t = 0; t < TG; ++t) {
+        for (int l = 0; l < NL; ++l) aL[t][l] = _mm512_setzero_si512();
+        for (int l = 0; l < NR; ++l) aR[t][l] = _mm512_setzero_si512();
+    }
+    k512_group<K, 0, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 1, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 2, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_group<K, 3, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    k512_finish<K, TG, NL, NR>(a, bk, sc, mm, aL, aR, tb0, facc);
+}
+
+// One activation row, two weight rows per step: their groups interleaved instruction by
+// instruction (two independent dependency chains in program order, and each activation zmm
+// loaded once for both rows). Per row the accumulation is k512_group's (NL = 2, NR = 1).
+template <K512 K, int G>
+static inline void k512_group_w2(const uint8_t *qs0, const uint8_t *qs1, __m512i QH0, __m512i QH1, __m512i SCB0,
+                                 __m512i SCB1, const int16_t *xb, const uint8_t *rb, __m512i (*aL0)[2],
+                                 __m512i (*aL1)[2], __m512i (*aR0)[1], __m512i (*aR1)[1]) {
+    constexpr bool RES = K != K512::Q5_I16;
+    const __m512i C0 = k512_decode<K, G>(qs0, QH0), C1 = k512_decode<K, G>(qs1, QH1);
+    const __m512i PE0 = _mm512_shuffle_epi8(SCB0, k512_ctrl_e<G>()), PE1 = _mm512_shuffle_epi8(SCB1, k512_ctrl_e<G>());
+    const __m512i PO0 = _mm512_shuffle_epi8(SCB0, k512_ctrl_o<G>()), PO1 = _mm512_shuffle_epi8(SCB1, k512_ctrl_o<G>());
+    const __m512i E0 = _mm512_maddubs_epi16(PE0, C0), E1 = _mm512_maddubs_epi16(PE1, C1);
+    const __m512i O0 = _mm512_maddubs_epi16(PO0, C0), O1 = _mm512_maddubs_epi16(PO1, C1);
+    const __m512i *x = reinterpret_cast<const __m512i *>(xb + 64 * G);
+    const __m512i XE = _mm512_loadu_si512(x), XO = _mm512_loadu_si512(x + 1);
+    aL0[0][0] = _mm512_dpwssd_epi32(aL0[0][0], E0, XE);
+    aL1[0][0] = _mm512_dpwssd_epi32(aL1[0][0], E1, XE);
+    aL0[0][1] = _mm512_dpwssd_epi32(aL0[0][1], O0, XO);
+    aL1[0][1] = _mm512_dpwssd_epi32(aL1[0][1], O1, XO);
+    if constexpr (RES) {
+        const __m512i B = _mm512_loadu_si512(rb + 64 * G);
+        aR0[0][0] = _mm512_dpwssd_epi32(aR0[0][0], _mm512_maddubs_epi16(B, C0), PE0);
+        aR1[0][0] = _mm512_dpwssd_epi32(aR1[0][0], _mm512_maddubs_epi16(B, C1), PE1);
+    }
+}
+
+template <K512 K>
+__attribute__((always_inline)) static inline void k512_block_w2(const MatvecI16Args &a,
+                                                                const typename K512Block<K>::type *bk0,
+                                                                const typename K512Block<K>::type *bk1,
+                                                                const int16_t *xb, const uint8_t *rb, int64_t tb0,
+                                                                __m256 *facc0, __m256 *facc1) {
+    static_assert(LMT_K512_NL1 == 2 && LMT_K512_NR1 == 1, "k512_block_w2 has the TG = 1 accumulators");
+    uint64_t sc0, mm0, sc1, mm1;
+    k512_scale_min_bytes<K>(bk0, &sc0, &mm0);
+    k512_scale_min_bytes<K>(bk1, &sc1, &mm1);
+    const __m512i SCB0 = _mm512_set1_epi64((long long)sc0), SCB1 = _mm512_set1_epi64((long long)sc1);
+    __m512i QH0 = _mm512_setzero_si512(), QH1 = _mm512_setzero_si512();
+    if constexpr (K != K512::Q4_I24) {
+        QH0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk0->qh)));
+        QH1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk1->qh)));
+    }
+    __m512i aL0[1][2], aL1[1][2], aR0[1][1], aR1[1][1];
+    aL0[0][0] = aL0[0][1] = aL1[0][0] = aL1[0][1] = aR0[0][0] = aR1[0][0] = _mm512_setzero_si512();
+    k512_group_w2<K, 0>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
+    k512_group_w2<K, 1>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
+    k512_group_w2<K, 2>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
+    k512_group_w2<K, 3>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
+    k512_finish<K, 1, 2, 1>(a, bk0, sc0, mm0, aL0, aR0, tb0, facc0);
+    k512_finish<K, 1, 2, 1>(a, bk1, sc1, mm1, aL1, aR1, tb0, facc1);
+}
+
 // Rows [r0, r1) against activation rows [t0, t0 + TG), one weight row at a time (TG = 1: one
 // activation row's xq + xr is 3 bytes per column, 20 KB at 6656 columns, and stays in L1).
 template <K512 K, int TG>
 static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
     using Block = typename K512Block<K>::type;
     const int64_t nb = a.cols / LMT_QK_K;
-    for (int64_t r = r0; r < r1; ++r) {
+    int64_t r = r0;
+#if LMT_K512_W2
+    if constexpr (TG == 1) {
+        for (; r + 1 < r1; r += 2) {
+            const auto *bl0 = reinterpret_cast<const Block *>(a.w + (size_t)r * a.row_stride);
+            const auto *bl1 = reinterpret_cast<const Block *>(a.w + (size_t)(r + 1) * a.row_stride);
+            __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+#if LMT_I16_PF > 0
+                const char *ah0 = reinterpret_cast<const char *>(bl0 + b) + LMT_I16_PF;
+                const char *ah1 = reinterpret_cast<const char *>(bl1 + b) + LMT_I16_PF;
+                _mm_prefetch(ah0, _MM_HINT_T0);
+                _mm_prefetch(ah0 + 64, _MM_HINT_T0);
+                _mm_prefetch(ah0 + 128, _MM_HINT_T0);
+                _mm_prefetch(ah1, _MM_HINT_T0);
+                _mm_prefetch(ah1 + 64, _MM_HINT_T0);
+                _mm_prefetch(ah1 + 128, _MM_HINT_T0);
+#endif
+                k512_block_w2<K>(a, bl0 + b, bl1 + b, a.xq + t0 * a.cols + b * LMT_QK_K,
+                                 a.xr ? a.xr + t0 * a.cols + b * LMT_QK_K : nullptr, t0 * nb + b, &f0, &f1);
+            }
+            a.logits[t0 * a.rows + r] = k512_hsum8(f0);
+            a.logits[t0 * a.rows + r + 1] = k512_hsum8(f1);
+        }
+    }
+#endif
+    for (; r < r1; ++r) {
         const auto *blocks = reinterpret_cast<const Block *>(a.w + (size_t)r * a.row_stride);
         __m256 facc[TG];
         LMT_K512_UNROLL
