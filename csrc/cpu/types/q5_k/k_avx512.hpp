@@ -37,7 +37,7 @@
 #define LMT_K512_NR1 1
 #endif
 #ifndef LMT_K512_W2
-#define LMT_K512_W2 1
+#define LMT_K512_W2 2
 #endif
 #ifndef LMT_I16_PF
 #define LMT_I16_PF 4096  // as q5k_x86.hpp
@@ -234,56 +234,63 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
     k512_finish<K, TG, NL, NR>(a, bk, sc, mm, aL, aR, tb0, facc);
 }
 
-// One activation row, two weight rows per step: their groups interleaved instruction by
-// instruction (two independent dependency chains in program order, and each activation zmm
-// loaded once for both rows). Per row the accumulation is k512_group's (NL = 2, NR = 1).
-template <K512 K, int G>
-static inline void k512_group_w2(const uint8_t *qs0, const uint8_t *qs1, __m512i QH0, __m512i QH1, __m512i SCB0,
-                                 __m512i SCB1, const int16_t *xb, const uint8_t *rb, __m512i (*aL0)[2],
-                                 __m512i (*aL1)[2], __m512i (*aR0)[1], __m512i (*aR1)[1]) {
+// One activation row, W weight rows per step: their groups interleaved instruction by
+// instruction (independent dependency chains in program order, and each activation zmm loaded
+// once for all W rows). Per row the accumulation is k512_group's at TG = 1 (NL = 2, NR = 1).
+template <K512 K, int G, int W>
+static inline void k512_group_w(const uint8_t *const *qs, const __m512i *QH, const __m512i *SCB, const int16_t *xb,
+                                const uint8_t *rb, __m512i (*aL)[2], __m512i *aR) {
     constexpr bool RES = K != K512::Q5_I16;
-    const __m512i C0 = k512_decode<K, G>(qs0, QH0), C1 = k512_decode<K, G>(qs1, QH1);
-    const __m512i PE0 = _mm512_shuffle_epi8(SCB0, k512_ctrl_e<G>()), PE1 = _mm512_shuffle_epi8(SCB1, k512_ctrl_e<G>());
-    const __m512i PO0 = _mm512_shuffle_epi8(SCB0, k512_ctrl_o<G>()), PO1 = _mm512_shuffle_epi8(SCB1, k512_ctrl_o<G>());
-    const __m512i E0 = _mm512_maddubs_epi16(PE0, C0), E1 = _mm512_maddubs_epi16(PE1, C1);
-    const __m512i O0 = _mm512_maddubs_epi16(PO0, C0), O1 = _mm512_maddubs_epi16(PO1, C1);
+    __m512i C[W], PE[W], E[W], O[W];
+    LMT_K512_UNROLL
+    for (int w = 0; w < W; ++w) C[w] = k512_decode<K, G>(qs[w], QH[w]);
+    LMT_K512_UNROLL
+    for (int w = 0; w < W; ++w) {
+        PE[w] = _mm512_shuffle_epi8(SCB[w], k512_ctrl_e<G>());
+        E[w] = _mm512_maddubs_epi16(PE[w], C[w]);
+        O[w] = _mm512_maddubs_epi16(_mm512_shuffle_epi8(SCB[w], k512_ctrl_o<G>()), C[w]);
+    }
     const __m512i *x = reinterpret_cast<const __m512i *>(xb + 64 * G);
     const __m512i XE = _mm512_loadu_si512(x), XO = _mm512_loadu_si512(x + 1);
-    aL0[0][0] = _mm512_dpwssd_epi32(aL0[0][0], E0, XE);
-    aL1[0][0] = _mm512_dpwssd_epi32(aL1[0][0], E1, XE);
-    aL0[0][1] = _mm512_dpwssd_epi32(aL0[0][1], O0, XO);
-    aL1[0][1] = _mm512_dpwssd_epi32(aL1[0][1], O1, XO);
+    LMT_K512_UNROLL
+    for (int w = 0; w < W; ++w) aL[w][0] = _mm512_dpwssd_epi32(aL[w][0], E[w], XE);
+    LMT_K512_UNROLL
+    for (int w = 0; w < W; ++w) aL[w][1] = _mm512_dpwssd_epi32(aL[w][1], O[w], XO);
     if constexpr (RES) {
         const __m512i B = _mm512_loadu_si512(rb + 64 * G);
-        aR0[0][0] = _mm512_dpwssd_epi32(aR0[0][0], _mm512_maddubs_epi16(B, C0), PE0);
-        aR1[0][0] = _mm512_dpwssd_epi32(aR1[0][0], _mm512_maddubs_epi16(B, C1), PE1);
+        LMT_K512_UNROLL
+        for (int w = 0; w < W; ++w) aR[w] = _mm512_dpwssd_epi32(aR[w], _mm512_maddubs_epi16(B, C[w]), PE[w]);
     }
 }
 
-template <K512 K>
-__attribute__((always_inline)) static inline void k512_block_w2(const MatvecI16Args &a,
-                                                                const typename K512Block<K>::type *bk0,
-                                                                const typename K512Block<K>::type *bk1,
-                                                                const int16_t *xb, const uint8_t *rb, int64_t tb0,
-                                                                __m256 *facc0, __m256 *facc1) {
-    static_assert(LMT_K512_NL1 == 2 && LMT_K512_NR1 == 1, "k512_block_w2 has the TG = 1 accumulators");
-    uint64_t sc0, mm0, sc1, mm1;
-    k512_scale_min_bytes<K>(bk0, &sc0, &mm0);
-    k512_scale_min_bytes<K>(bk1, &sc1, &mm1);
-    const __m512i SCB0 = _mm512_set1_epi64((long long)sc0), SCB1 = _mm512_set1_epi64((long long)sc1);
-    __m512i QH0 = _mm512_setzero_si512(), QH1 = _mm512_setzero_si512();
-    if constexpr (K != K512::Q4_I24) {
-        QH0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk0->qh)));
-        QH1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk1->qh)));
+template <K512 K, int W>
+__attribute__((always_inline)) static inline void k512_block_w(const MatvecI16Args &a,
+                                                               const typename K512Block<K>::type *const *bk,
+                                                               const int16_t *xb, const uint8_t *rb, int64_t tb0,
+                                                               __m256 *facc) {
+    static_assert(LMT_K512_NL1 == 2 && LMT_K512_NR1 == 1, "k512_block_w has the TG = 1 accumulators");
+    uint64_t sc[W], mm[W];
+    __m512i SCB[W], QH[W], aL[W][2], aR[W];
+    const uint8_t *qs[W];
+    LMT_K512_UNROLL
+    for (int w = 0; w < W; ++w) {
+        k512_scale_min_bytes<K>(bk[w], &sc[w], &mm[w]);
+        SCB[w] = _mm512_set1_epi64((long long)sc[w]);
+        QH[w] = _mm512_setzero_si512();
+        if constexpr (K != K512::Q4_I24)
+            QH[w] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk[w]->qh)));
+        qs[w] = bk[w]->qs;
+        aL[w][0] = aL[w][1] = aR[w] = _mm512_setzero_si512();
     }
-    __m512i aL0[1][2], aL1[1][2], aR0[1][1], aR1[1][1];
-    aL0[0][0] = aL0[0][1] = aL1[0][0] = aL1[0][1] = aR0[0][0] = aR1[0][0] = _mm512_setzero_si512();
-    k512_group_w2<K, 0>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
-    k512_group_w2<K, 1>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
-    k512_group_w2<K, 2>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
-    k512_group_w2<K, 3>(bk0->qs, bk1->qs, QH0, QH1, SCB0, SCB1, xb, rb, aL0, aL1, aR0, aR1);
-    k512_finish<K, 1, 2, 1>(a, bk0, sc0, mm0, aL0, aR0, tb0, facc0);
-    k512_finish<K, 1, 2, 1>(a, bk1, sc1, mm1, aL1, aR1, tb0, facc1);
+    k512_group_w<K, 0, W>(qs, QH, SCB, xb, rb, aL, aR);
+    k512_group_w<K, 1, W>(qs, QH, SCB, xb, rb, aL, aR);
+    k512_group_w<K, 2, W>(qs, QH, SCB, xb, rb, aL, aR);
+    k512_group_w<K, 3, W>(qs, QH, SCB, xb, rb, aL, aR);
+    LMT_K512_UNROLL
+    for (int w = 0; w < W; ++w) {
+        __m512i r1[1][1] = {{aR[w]}};
+        k512_finish<K, 1, 2, 1>(a, bk[w], sc[w], mm[w], &aL[w], r1, tb0, facc + w);
+    }
 }
 
 // Rows [r0, r1) against activation rows [t0, t0 + TG), one weight row at a time (TG = 1: one
@@ -293,28 +300,34 @@ static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int
     using Block = typename K512Block<K>::type;
     const int64_t nb = a.cols / LMT_QK_K;
     int64_t r = r0;
-#if LMT_K512_W2
+#if LMT_K512_W2 > 1
     if constexpr (TG == 1) {
-        for (; r + 1 < r1; r += 2) {
-            const auto *bl0 = reinterpret_cast<const Block *>(a.w + (size_t)r * a.row_stride);
-            const auto *bl1 = reinterpret_cast<const Block *>(a.w + (size_t)(r + 1) * a.row_stride);
-            __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
-            for (int64_t b = 0; b < nb; ++b) {
-#if LMT_I16_PF > 0
-                const char *ah0 = reinterpret_cast<const char *>(bl0 + b) + LMT_I16_PF;
-                const char *ah1 = reinterpret_cast<const char *>(bl1 + b) + LMT_I16_PF;
-                _mm_prefetch(ah0, _MM_HINT_T0);
-                _mm_prefetch(ah0 + 64, _MM_HINT_T0);
-                _mm_prefetch(ah0 + 128, _MM_HINT_T0);
-                _mm_prefetch(ah1, _MM_HINT_T0);
-                _mm_prefetch(ah1 + 64, _MM_HINT_T0);
-                _mm_prefetch(ah1 + 128, _MM_HINT_T0);
-#endif
-                k512_block_w2<K>(a, bl0 + b, bl1 + b, a.xq + t0 * a.cols + b * LMT_QK_K,
-                                 a.xr ? a.xr + t0 * a.cols + b * LMT_QK_K : nullptr, t0 * nb + b, &f0, &f1);
+        constexpr int W = LMT_K512_W2;
+        for (; r + W <= r1; r += W) {
+            const Block *bl[W];
+            __m256 f[W];
+            LMT_K512_UNROLL
+            for (int w = 0; w < W; ++w) {
+                bl[w] = reinterpret_cast<const Block *>(a.w + (size_t)(r + w) * a.row_stride);
+                f[w] = _mm256_setzero_ps();
             }
-            a.logits[t0 * a.rows + r] = k512_hsum8(f0);
-            a.logits[t0 * a.rows + r + 1] = k512_hsum8(f1);
+            for (int64_t b = 0; b < nb; ++b) {
+                const Block *bk[W];
+                LMT_K512_UNROLL
+                for (int w = 0; w < W; ++w) {
+                    bk[w] = bl[w] + b;
+#if LMT_I16_PF > 0
+                    const char *ahead = reinterpret_cast<const char *>(bk[w]) + LMT_I16_PF;
+                    _mm_prefetch(ahead, _MM_HINT_T0);
+                    _mm_prefetch(ahead + 64, _MM_HINT_T0);
+                    _mm_prefetch(ahead + 128, _MM_HINT_T0);
+#endif
+                }
+                k512_block_w<K, W>(a, bk, a.xq + t0 * a.cols + b * LMT_QK_K,
+                                   a.xr ? a.xr + t0 * a.cols + b * LMT_QK_K : nullptr, t0 * nb + b, f);
+            }
+            LMT_K512_UNROLL
+            for (int w = 0; w < W; ++w) a.logits[t0 * a.rows + r + w] = k512_hsum8(f[w]);
         }
     }
 #endif
