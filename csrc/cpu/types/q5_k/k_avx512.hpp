@@ -36,11 +36,14 @@
 #ifndef LMT_K512_NR1
 #define LMT_K512_NR1 1
 #endif
-#ifndef LMT_K512_W2
-#define LMT_K512_W2 2
+// Software prefetch at one activation row, bytes ahead of the block: into L1 at PF (as
+// q5k_x86.hpp) and into L2 at PF2. Full head, T = 1, 2 threads, ratio to ggml per build (noisy
+// machine): PF alone 1.04-1.31, + PF2 8192 0.88-1.11, + PF2 16384 0.80-1.08; no prefetch 1.6.
+#ifndef LMT_K512_PF2
+#define LMT_K512_PF2 8192
 #endif
-#ifndef LMT_I16_PF
-#define LMT_I16_PF 4096  // as q5k_x86.hpp
+#ifndef LMT_K512_PF
+#define LMT_K512_PF 4096
 #endif
 
 // The -O2 build of the *_int_* files does not unroll the per-activation-row loops, which would
@@ -234,116 +237,35 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
     k512_finish<K, TG, NL, NR>(a, bk, sc, mm, aL, aR, tb0, facc);
 }
 
-// One activation row, W weight rows per step: their groups interleaved instruction by
-// instruction (independent dependency chains in program order, and each activation zmm loaded
-// once for all W rows). Per row the accumulation is k512_group's at TG = 1 (NL = 2, NR = 1).
-template <K512 K, int G, int W>
-static inline void k512_group_w(const uint8_t *const *qs, const __m512i *QH, const __m512i *SCB, const int16_t *xb,
-                                const uint8_t *rb, __m512i (*aL)[2], __m512i *aR) {
-    constexpr bool RES = K != K512::Q5_I16;
-    __m512i C[W], PE[W], E[W], O[W];
-    LMT_K512_UNROLL
-    for (int w = 0; w < W; ++w) C[w] = k512_decode<K, G>(qs[w], QH[w]);
-    LMT_K512_UNROLL
-    for (int w = 0; w < W; ++w) {
-        PE[w] = _mm512_shuffle_epi8(SCB[w], k512_ctrl_e<G>());
-        E[w] = _mm512_maddubs_epi16(PE[w], C[w]);
-        O[w] = _mm512_maddubs_epi16(_mm512_shuffle_epi8(SCB[w], k512_ctrl_o<G>()), C[w]);
-    }
-    const __m512i *x = reinterpret_cast<const __m512i *>(xb + 64 * G);
-    const __m512i XE = _mm512_loadu_si512(x), XO = _mm512_loadu_si512(x + 1);
-    LMT_K512_UNROLL
-    for (int w = 0; w < W; ++w) aL[w][0] = _mm512_dpwssd_epi32(aL[w][0], E[w], XE);
-    LMT_K512_UNROLL
-    for (int w = 0; w < W; ++w) aL[w][1] = _mm512_dpwssd_epi32(aL[w][1], O[w], XO);
-    if constexpr (RES) {
-        const __m512i B = _mm512_loadu_si512(rb + 64 * G);
-        LMT_K512_UNROLL
-        for (int w = 0; w < W; ++w) aR[w] = _mm512_dpwssd_epi32(aR[w], _mm512_maddubs_epi16(B, C[w]), PE[w]);
-    }
-}
-
-template <K512 K, int W>
-__attribute__((always_inline)) static inline void k512_block_w(const MatvecI16Args &a,
-                                                               const typename K512Block<K>::type *const *bk,
-                                                               const int16_t *xb, const uint8_t *rb, int64_t tb0,
-                                                               __m256 *facc) {
-    static_assert(LMT_K512_NL1 == 2 && LMT_K512_NR1 == 1, "k512_block_w has the TG = 1 accumulators");
-    uint64_t sc[W], mm[W];
-    __m512i SCB[W], QH[W], aL[W][2], aR[W];
-    const uint8_t *qs[W];
-    LMT_K512_UNROLL
-    for (int w = 0; w < W; ++w) {
-        k512_scale_min_bytes<K>(bk[w], &sc[w], &mm[w]);
-        SCB[w] = _mm512_set1_epi64((long long)sc[w]);
-        QH[w] = _mm512_setzero_si512();
-        if constexpr (K != K512::Q4_I24)
-            QH[w] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk[w]->qh)));
-        qs[w] = bk[w]->qs;
-        aL[w][0] = aL[w][1] = aR[w] = _mm512_setzero_si512();
-    }
-    k512_group_w<K, 0, W>(qs, QH, SCB, xb, rb, aL, aR);
-    k512_group_w<K, 1, W>(qs, QH, SCB, xb, rb, aL, aR);
-    k512_group_w<K, 2, W>(qs, QH, SCB, xb, rb, aL, aR);
-    k512_group_w<K, 3, W>(qs, QH, SCB, xb, rb, aL, aR);
-    LMT_K512_UNROLL
-    for (int w = 0; w < W; ++w) {
-        __m512i r1[1][1] = {{aR[w]}};
-        k512_finish<K, 1, 2, 1>(a, bk[w], sc[w], mm[w], &aL[w], r1, tb0, facc + w);
-    }
-}
-
+// (Two weight rows per step, groups interleaved, measured 5% faster with L2-resident weights
+// but slower on the full head: not kept.)
 // Rows [r0, r1) against activation rows [t0, t0 + TG), one weight row at a time (TG = 1: one
 // activation row's xq + xr is 3 bytes per column, 20 KB at 6656 columns, and stays in L1).
 template <K512 K, int TG>
 static inline void k512_rows(const MatvecI16Args &a, int64_t r0, int64_t r1, int64_t t0) {
     using Block = typename K512Block<K>::type;
     const int64_t nb = a.cols / LMT_QK_K;
-    int64_t r = r0;
-#if LMT_K512_W2 > 1
-    if constexpr (TG == 1) {
-        constexpr int W = LMT_K512_W2;
-        for (; r + W <= r1; r += W) {
-            const Block *bl[W];
-            __m256 f[W];
-            LMT_K512_UNROLL
-            for (int w = 0; w < W; ++w) {
-                bl[w] = reinterpret_cast<const Block *>(a.w + (size_t)(r + w) * a.row_stride);
-                f[w] = _mm256_setzero_ps();
-            }
-            for (int64_t b = 0; b < nb; ++b) {
-                const Block *bk[W];
-                LMT_K512_UNROLL
-                for (int w = 0; w < W; ++w) {
-                    bk[w] = bl[w] + b;
-#if LMT_I16_PF > 0
-                    const char *ahead = reinterpret_cast<const char *>(bk[w]) + LMT_I16_PF;
-                    _mm_prefetch(ahead, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 128, _MM_HINT_T0);
-#endif
-                }
-                k512_block_w<K, W>(a, bk, a.xq + t0 * a.cols + b * LMT_QK_K,
-                                   a.xr ? a.xr + t0 * a.cols + b * LMT_QK_K : nullptr, t0 * nb + b, f);
-            }
-            LMT_K512_UNROLL
-            for (int w = 0; w < W; ++w) a.logits[t0 * a.rows + r + w] = k512_hsum8(f[w]);
-        }
-    }
-#endif
-    for (; r < r1; ++r) {
+    for (int64_t r = r0; r < r1; ++r) {
         const auto *blocks = reinterpret_cast<const Block *>(a.w + (size_t)r * a.row_stride);
         __m256 facc[TG];
         LMT_K512_UNROLL
         for (int t = 0; t < TG; ++t) facc[t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             const Block *bk = blocks + b;
-#if LMT_I16_PF > 0
+#if LMT_K512_PF > 0
             {
-                const char *ahead = reinterpret_cast<const char *>(bk) + LMT_I16_PF;
+                const char *ahead = reinterpret_cast<const char *>(bk) + LMT_K512_PF;
                 _mm_prefetch(ahead, _MM_HINT_T0);
                 _mm_prefetch(ahead + 64, _MM_HINT_T0);
                 _mm_prefetch(ahead + 128, _MM_HINT_T0);
+            }
+#endif
+#if LMT_K512_PF2 > 0
+            {
+                const char *far = reinterpret_cast<const char *>(bk) + LMT_K512_PF2;
+                _mm_prefetch(far, _MM_HINT_T1);
+                _mm_prefetch(far + 64, _MM_HINT_T1);
+                _mm_prefetch(far + 128, _MM_HINT_T1);
             }
 #endif
             // Pass-major records (cpu/internal.hpp): row t of block b at b * TG + t.
