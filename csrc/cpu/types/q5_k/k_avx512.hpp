@@ -30,6 +30,11 @@
 #include "lmtail/blocks/q4_k.h"
 
 // L / R accumulators per row at TG = 1 (independent chains; 4 / 2 measured no faster).
+// I24 at TG >= 2: R by vpdpbusd + word-pair scaling (k512_group_pair); mb harness T = 8 ~4%
+// faster, full head T = 8 ratio to ggml 0.75-0.86 vs 0.73-0.89 (noisy).
+#ifndef LMT_K512_RPACK
+#define LMT_K512_RPACK 1
+#endif
 #ifndef LMT_K512_NL1
 #define LMT_K512_NL1 2
 #endif
@@ -127,6 +132,41 @@ static inline void k512_group(const uint8_t *qs, __m512i QH, __m512i SCB, const 
         }
     }
 }
+
+#if LMT_K512_RPACK
+// Groups G and G + 1 together, TG >= 2 (NL = NR = 1). L as k512_group. R with fewer multiplies:
+// vpdpbusd(b, C) gives the UNSCALED 4-sums U (|U| <= 4 * 255 * 16 < 2^15, lanes as L's) of each
+// group; the two groups' U are interleaved as the low / high words of each dword (exact: they
+// fit int16) and one vpdpwssd with the dword scale pairs (s of G's sub-block, s of G + 1's)
+// scales and adds both: 3 multiplies per 128 weights instead of 4.
+template <K512 K, int G, int TG>
+static inline void k512_group_pair(const uint8_t *qs, __m512i QH, __m512i SCB, const int16_t *xb, const uint8_t *rb,
+                                   __m512i (*aL)[1], __m512i (*aR)[1]) {
+    const __m512i C0 = k512_decode<K, G>(qs, QH), C1 = k512_decode<K, G + 1>(qs, QH);
+    const __m512i E0 = _mm512_maddubs_epi16(_mm512_shuffle_epi8(SCB, k512_ctrl_e<G>()), C0);
+    const __m512i O0 = _mm512_maddubs_epi16(_mm512_shuffle_epi8(SCB, k512_ctrl_o<G>()), C0);
+    const __m512i E1 = _mm512_maddubs_epi16(_mm512_shuffle_epi8(SCB, k512_ctrl_e<G + 1>()), C1);
+    const __m512i O1 = _mm512_maddubs_epi16(_mm512_shuffle_epi8(SCB, k512_ctrl_o<G + 1>()), C1);
+    // dword bytes (s[2G], 0, s[2G+2], 0) low half, (s[2G+1], 0, s[2G+3], 0) high half.
+    constexpr unsigned a0 = 2 * G, b0 = 2 * G + 2, a1 = 2 * G + 1, b1 = 2 * G + 3;
+    const long long lo = (long long)(0x0000000100000001ull * (0x80008000u | (b0 << 16) | a0));
+    const long long hi = (long long)(0x0000000100000001ull * (0x80008000u | (b1 << 16) | a1));
+    const __m512i SC2 = _mm512_shuffle_epi8(SCB, _mm512_set_epi64(hi, hi, hi, hi, lo, lo, lo, lo));
+    LMT_K512_UNROLL
+    for (int t = 0; t < TG; ++t) {
+        const __m512i *x = reinterpret_cast<const __m512i *>(xb + LMT_QK_K * t + 64 * G);
+        aL[t][0] = _mm512_dpwssd_epi32(aL[t][0], E0, _mm512_loadu_si512(x));
+        aL[t][0] = _mm512_dpwssd_epi32(aL[t][0], O0, _mm512_loadu_si512(x + 1));
+        aL[t][0] = _mm512_dpwssd_epi32(aL[t][0], E1, _mm512_loadu_si512(x + 2));
+        aL[t][0] = _mm512_dpwssd_epi32(aL[t][0], O1, _mm512_loadu_si512(x + 3));
+        const uint8_t *r = rb + LMT_QK_K * t + 64 * G;
+        const __m512i U0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(r), C0);
+        const __m512i U1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(r + 64), C1);
+        const __m512i W = _mm512_mask_blend_epi16(0xAAAAAAAAu, U0, _mm512_slli_epi32(U1, 16));
+        aR[t][0] = _mm512_dpwssd_epi32(aR[t][0], W, SC2);
+    }
+}
+#endif
 
 // Lanes m and m + 8 -> the 8 canonical int32 lanes, as f32 (exact sum, one rounding).
 static inline __m256 k512_fold_ps(__m512i v) {
@@ -230,10 +270,18 @@ __attribute__((always_inline)) static inline void k512_block(const MatvecI16Args
         for (int l = 0; l < NL; ++l) aL[t][l] = _mm512_setzero_si512();
         for (int l = 0; l < NR; ++l) aR[t][l] = _mm512_setzero_si512();
     }
-    k512_group<K, 0, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 1, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 2, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
-    k512_group<K, 3, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+#if LMT_K512_RPACK
+    if constexpr (RES && TG >= 2 && NL == 1 && NR == 1) {
+        k512_group_pair<K, 0, TG>(bk->qs, QH, SCB, xb, rb, aL, aR);
+        k512_group_pair<K, 2, TG>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    } else
+#endif
+    {
+        k512_group<K, 0, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+        k512_group<K, 1, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+        k512_group<K, 2, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+        k512_group<K, 3, TG, NL, NR>(bk->qs, QH, SCB, xb, rb, aL, aR);
+    }
     k512_finish<K, TG, NL, NR>(a, bk, sc, mm, aL, aR, tb0, facc);
 }
 
