@@ -16,8 +16,11 @@
 // m and m + 8 added at the block end are exactly the canonical lane (i >> 2) & 7 == m.
 // The I24 residual b (uint8, natural order, 64 bytes = the group) is vpmaddubsw(b, C) (pairs of
 // consecutive weights, |.| <= 2 * 255 * 16) then vpdpwssd with PE, whose words are the sub-block
-// scales: the same lanes. Integer sums are exact (cpu/internal.hpp bounds), so the order is free;
-// the f32 combination per block is the AVX2 kernel's expression, lane for lane.
+// scales: the same lanes (at TG >= 2: vpdpbusd 4-sums, two groups scaled by one vpdpwssd,
+// k512_group_pair). Integer sums are exact (cpu/internal.hpp bounds), so the order is free; the
+// f32 combination per block is the AVX2 kernel's expression, lane for lane. Loops: one
+// activation row streams weight rows (k512_rows); 2-8 rows take blocks outer over the 64-row
+// task so the pass's activations stay in L1 (k512_rows_chunked).
 #pragma once
 
 #include <immintrin.h>
