@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "cpu/internal.hpp"
 
@@ -85,6 +86,37 @@ void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, float *
             dx[t * nb + b] = dxf;
             if (rb) dxr[t * nb + b] = dxrf;
         }
+    }
+}
+
+namespace {
+// Records of E elements per (row, block): (T, nb, E) -> pass-major (cpu/internal.hpp).
+template <class V>
+void pass_major(V *a, int64_t T, int64_t nb, int64_t E, bool swap_chunks) {
+    thread_local std::vector<V> tmp;
+    tmp.assign(a, a + T * nb * E);
+    for (int64_t t0 = 0; t0 < T; t0 += kK512Pass) {
+        const int64_t tg = std::min<int64_t>(kK512Pass, T - t0);
+        for (int64_t t = 0; t < tg; ++t)
+            for (int64_t b = 0; b < nb; ++b) {
+                const V *src = tmp.data() + ((t0 + t) * nb + b) * E;
+                V *dst = a + (t0 * nb + b * tg + t) * E;
+                std::copy(src, src + E, dst);
+                if (swap_chunks)
+                    for (int64_t o = 0; o < E; o += 64) std::swap_ranges(dst + o + 16, dst + o + 32, dst + o + 32);
+            }
+    }
+}
+}  // namespace
+
+void k512_activation_layout(int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx, uint8_t *xr, float *dxr) {
+    const int64_t nb = cols / LMT_QK_K;
+    pass_major(xq, T, nb, LMT_QK_K, true);
+    pass_major(xsum, T, nb, LMT_Q5K_SUBBLOCKS, false);
+    pass_major(dx, T, nb, 1, false);
+    if (xr) {
+        pass_major(xr, T, nb, LMT_QK_K, false);
+        pass_major(dxr, T, nb, 1, false);
     }
 }
 

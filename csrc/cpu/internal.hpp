@@ -255,6 +255,18 @@ inline void for_row_subset(const int64_t *sel, int64_t n, const float *x, int64_
 void prepare_x_i16(const float *x, int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx, uint8_t *xr,
                    float *dxr);
 
+// The AVX-512 integer kernels (types/q5_k/k_avx512.hpp) read the prepared activations in their
+// own order, applied in place by the dispatch (Isa::Avx512 only; the values are unchanged):
+//  - pass-major: activation rows are taken in passes of kK512Pass (t0 = 0, 8, ..; the last pass
+//    has tg = min(8, T - t0) rows) and within a pass every per-(row, block) record is stored
+//    block-major, record (t0 + t, b) at pass offset b * tg + t (xq, xr: 256 elements; xsum: 8;
+//    dx, dxr: 1), so one pointer per array serves all the pass's rows with constant offsets;
+//  - xq's middle two 16-element chunks of every 64-weight group swapped ([E2g O2g E2g+1 O2g+1]
+//    -> [E2g E2g+1 O2g O2g+1], E/O the even / odd weights of a sub-block), so each vpdpwssd
+//    operand is one contiguous zmm.
+constexpr int kK512Pass = 8;
+void k512_activation_layout(int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx, uint8_t *xr, float *dxr);
+
 struct MatvecI16Args {
     const uint8_t *w;
     int64_t rows, cols;

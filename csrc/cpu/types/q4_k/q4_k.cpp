@@ -51,6 +51,8 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
     if ((int64_t)xs.dx.size() < T * nb) xs.dx.resize((size_t)(T * nb));
     if ((int64_t)xs.dxr.size() < T * nb) xs.dxr.resize((size_t)(T * nb));
     prepare_x_i16(x, T, c.cols, xs.q.data(), xs.sum.data(), xs.dx.data(), xs.r.data(), xs.dxr.data());
+    if (c.isa == Isa::Avx512)
+        k512_activation_layout(T, c.cols, xs.q.data(), xs.sum.data(), xs.dx.data(), xs.r.data(), xs.dxr.data());
     MatvecI16Args a{c.w, c.rows, c.cols, c.row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), T, logits};
     a.xr = xs.r.data();
     a.dxr = xs.dxr.data();

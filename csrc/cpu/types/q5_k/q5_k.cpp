@@ -90,6 +90,9 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
         if (res && (int64_t)xs.dxr.size() < Tn * nb) xs.dxr.resize((size_t)(Tn * nb));
         prepare_x_i16(xs_, Tn, cols, xs.q.data(), xs.sum.data(), xs.dx.data(), res ? xs.r.data() : nullptr,
                       res ? xs.dxr.data() : nullptr);
+        if (resolved == Isa::Avx512)
+            k512_activation_layout(Tn, cols, xs.q.data(), xs.sum.data(), xs.dx.data(), res ? xs.r.data() : nullptr,
+                                   res ? xs.dxr.data() : nullptr);
         MatvecI16Args a{w, rows, cols, row_stride, xs.q.data(), xs.sum.data(), xs.dx.data(), Tn, out};
         if (res) {
             a.xr = xs.r.data();

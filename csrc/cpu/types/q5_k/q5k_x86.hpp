@@ -128,7 +128,7 @@ struct RowScratch {
 #ifndef LMT_I16_PF
 #define LMT_I16_PF 4096
 #endif
-// ---- Precision::I16 (shared verbatim by the AVX2 and AVX-512 translation units) ------------
+// ---- Precision::I16 / I24 (the AVX2 TU; the AVX-512 tier has its own: k_avx512.hpp) ------
 // One super-block (256 weights) of one weight row against TG activation rows:
 //   unpack q to bytes (ggml's layout: group g = 32 bytes of qs; low nibbles are weights
 //   64g + l, high nibbles 64g + 32 + l, 5th bit from qh), then ONE vpmaddubsw per 16 weights both
