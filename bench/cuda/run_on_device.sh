@@ -41,7 +41,7 @@ step pip 300 env CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-16} python3 -m pip install -
 step types_check 120 "$SKB/lmtail_cuda_check" 4097 1536 3 types
 step bench_types 150 python3 bench/bench_cuda.py --types --reps 21 --check-bin "$SKB/lmtail_cuda_check"
 [ "${SWEEP:-0}" = 1 ] && step sweep 240 env SKB="$SKB" bash bench/cuda/mv_sweep.sh ${SWEEP_PAIRS:-}
-step pytest 300 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_capabilities.py \
+step pytest 300 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_tensors.py tests/test_capabilities.py \
     tests/test_ops_matrix.py -k "cuda or capabilit or table"
 step cuda_check 120 "$SKB/lmtail_cuda_check" 202048 6656 11
 for tool in memcheck racecheck synccheck; do
