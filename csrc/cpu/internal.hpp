@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.hpp"
 
@@ -16,9 +17,30 @@
 #endif
 #include "lmtail/cpu.hpp"
 
+// The integer kernels are built at -O2 (CMakeLists.txt), which does not unroll small fixed loops
+// over rows / activation rows: their accumulator arrays would live on the stack. LMT_UNROLL
+// before such a loop keeps them in registers.
+#if defined(__clang__)
+#define LMT_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__)
+#define LMT_UNROLL _Pragma("GCC unroll 8")
+#else
+#define LMT_UNROLL
+#endif
+
 namespace lmt::cpu {
 
 Isa resolve_isa(Isa isa);
+
+// A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
+// loads then never split a cache line (a split 512-bit load costs about two).
+template <class T>
+T *aligned64(std::vector<T> &v, size_t n) {
+    const size_t pad = 64 / sizeof(T);
+    if (v.size() < n + pad) v.resize(n + pad);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<T *>((p + 63) & ~(uintptr_t)63);
+}
 
 // IEEE half -> float, exact (subnormals, inf, NaN). Portable: no F16C needed.
 static inline float f16_to_f32(uint16_t h) {

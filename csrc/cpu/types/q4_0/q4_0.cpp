@@ -242,16 +242,6 @@ struct I24Scratch {
     std::vector<float> xg, lg;              // gathered rows of a mixed batch
 };
 
-// A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
-// loads then never split a cache line (a split 512-bit load costs about two).
-template <class T>
-T *aligned64(std::vector<T> &v, size_t n) {
-    const size_t pad = 64 / sizeof(T);
-    if (v.size() < n + pad) v.resize(n + pad);
-    const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
-    return reinterpret_cast<T *>((p + 63) & ~(uintptr_t)63);
-}
-
 // The row-pair layout of I24Args::ap / rp / srp (q4_0_kernels.hpp): a copy of the prepared
 // integers and scales, so every ISA sees the same ones.
 void pair_layout(const I24Args &a, int16_t *ap, uint8_t *rp, float *srp) {

@@ -7,23 +7,13 @@
 #include <cstring>
 
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
+#include "cpu/types/x86_lanes.hpp"
 
 namespace lmt::cpu::q4_0 {
 namespace {
 
 constexpr int kQK = LMT_Q4_0_BLOCK_ELEMS;
 constexpr size_t kBB = LMT_Q4_0_BLOCK_BYTES;
-
-// The file is built at -O2 (integer kernels, CMakeLists.txt), which does not unroll the small
-// fixed loops over rows / activation rows: the accumulators then live on the stack and every
-// block pays a store-to-load round trip.
-#if defined(__clang__)
-#define LMT_Q4_0_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define LMT_Q4_0_UNROLL _Pragma("GCC unroll 8")
-#else
-#define LMT_Q4_0_UNROLL
-#endif
 
 struct WBlock {
     __m256i q8;      // q - 8 as int8: bytes 0-15 weights 0-15, bytes 16-31 weights 16-31
@@ -55,12 +45,6 @@ static inline __m256 block_term(const WBlock &w, const int16_t *xa, const uint8_
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(L, R)), e, acc);
 }
 
-static inline float hsum8_avx(__m256 v) {
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
-}
-
 template <int R>
 static void rows_t1(const I24Args &a, int64_t r) {
     const int64_t nb = a.cols / kQK;
@@ -71,10 +55,10 @@ static void rows_t1(const I24Args &a, int64_t r) {
         acc[k] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b)
-        LMT_Q4_0_UNROLL
+        LMT_UNROLL
         for (int k = 0; k < R; ++k)
             acc[k] = block_term(unpack(row[k] + (size_t)b * kBB), a.a + b * kQK, a.r + b * kQK, a.sr + b, acc[k]);
-    for (int k = 0; k < R; ++k) a.logits[r + k] = hsum8_avx(acc[k]);
+    for (int k = 0; k < R; ++k) a.logits[r + k] = hsum8_lanes(acc[k]);
 }
 
 template <int TG>
@@ -85,13 +69,13 @@ static void row_tg(const I24Args &a, int64_t r, int64_t t0) {
     for (int t = 0; t < TG; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
         const WBlock w = unpack(row + (size_t)b * kBB);
-        LMT_Q4_0_UNROLL
+        LMT_UNROLL
         for (int t = 0; t < TG; ++t) {
             const int64_t o = (t0 + t) * a.cols + b * kQK;
             acc[t] = block_term(w, a.a + o, a.r + o, a.sr + (t0 + t) * nb + b, acc[t]);
         }
     }
-    for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r] = hsum8_avx(acc[t]);
+    for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r] = hsum8_lanes(acc[t]);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
+#include "cpu/types/x86_lanes.hpp"
 
 namespace lmt::cpu::q4_0 {
 namespace {
@@ -21,26 +22,10 @@ namespace {
 constexpr int kQK = LMT_Q4_0_BLOCK_ELEMS;
 constexpr size_t kBB = LMT_Q4_0_BLOCK_BYTES;
 
-// -O2 (integer kernels, CMakeLists.txt) does not unroll the small fixed loops: the accumulator
-// arrays would live on the stack.
-#if defined(__clang__)
-#define LMT_Q4_0_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define LMT_Q4_0_UNROLL _Pragma("GCC unroll 8")
-#else
-#define LMT_Q4_0_UNROLL
-#endif
-
 static inline float f16_scale(const uint8_t *blk) {
     uint16_t h;
     std::memcpy(&h, blk, 2);
     return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
-static inline float hsum8_avx(__m256 v) {
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
 }
 
 // ---- 256-bit: one activation row ----------------------------------------------------------------
@@ -67,7 +52,7 @@ static void rows_single(const I24Args &a, int64_t r, int64_t t) {
     const int64_t nb = a.cols / kQK;
     const uint8_t *row[R];
     __m256 acc[R];
-    LMT_Q4_0_UNROLL
+    LMT_UNROLL
     for (int k = 0; k < R; ++k) {
         row[k] = a.w + (size_t)(r + k) * a.row_stride;
         acc[k] = _mm256_setzero_ps();
@@ -80,7 +65,7 @@ static void rows_single(const I24Args &a, int64_t r, int64_t t) {
         const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xa + b * kQK + 16));
         const __m256i rr = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xr + b * kQK));
         const __m256 s = _mm256_broadcast_ss(sr + b);
-        LMT_Q4_0_UNROLL
+        LMT_UNROLL
         for (int k = 0; k < R; ++k) {
             const WB w = unpack256(row[k] + (size_t)b * kBB);
             __m256i S = _mm256_dpbusd_epi32(_mm256_setzero_si256(), rr, w.q8);
@@ -89,8 +74,8 @@ static void rows_single(const I24Args &a, int64_t r, int64_t t) {
             acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), _mm256_mul_ps(w.d, s), acc[k]);
         }
     }
-    LMT_Q4_0_UNROLL
-    for (int k = 0; k < R; ++k) a.logits[t * a.rows + r + k] = hsum8_avx(acc[k]);
+    LMT_UNROLL
+    for (int k = 0; k < R; ++k) a.logits[t * a.rows + r + k] = hsum8_lanes(acc[k]);
 }
 
 // ---- 512-bit: activation row pairs --------------------------------------------------------------
@@ -118,20 +103,20 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
                                            _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_set1_epi16(4), 1), 1);
     const __m512i m4 = _mm512_set1_epi8(0x0F), k8 = _mm512_set1_epi8(8), z = _mm512_setzero_si512();
     __m512 facc[R][P];
-    LMT_Q4_0_UNROLL
+    LMT_UNROLL
     for (int k = 0; k < R; ++k) {
         // this row's next chunk (144 bytes), needed after the group's other rows
         const char *ahead = reinterpret_cast<const char *>(row[k] + (size_t)b1 * kBB);
         _mm_prefetch(ahead, _MM_HINT_T0);
         _mm_prefetch(ahead + 64, _MM_HINT_T0);
         _mm_prefetch(ahead + 128, _MM_HINT_T0);
-        LMT_Q4_0_UNROLL
+        LMT_UNROLL
         for (int p = 0; p < P; ++p) facc[k][p] = _mm512_load_ps(acc[k][p]);
     }
     for (int64_t b = b0; b < b1; ++b) {
         __m512 d[R];
         __m512i q8[R], w0[R], w1[R];
-        LMT_Q4_0_UNROLL
+        LMT_UNROLL
         for (int k = 0; k < R; ++k) {
             const uint8_t *blk = row[k] + (size_t)b * kBB;
             d[k] = _mm512_set1_ps(f16_scale(blk));
@@ -140,14 +125,14 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
             w0[k] = _mm512_unpacklo_epi8(z, q8[k]);
             w1[k] = _mm512_unpackhi_epi8(z, q8[k]);
         }
-        LMT_Q4_0_UNROLL
+        LMT_UNROLL
         for (int p = 0; p < P; ++p) {
             const int64_t pb = (p0 + p) * nb + b;
             const int16_t *ap = a.ap + pb * 64;
             const __m512i R8 = _mm512_load_si512(a.rp + pb * 64), A0 = _mm512_load_si512(ap),
                           A1 = _mm512_load_si512(ap + 32);
             const __m512 SR = _mm512_load_ps(a.srp + pb * 16);
-            LMT_Q4_0_UNROLL
+            LMT_UNROLL
             for (int k = 0; k < R; ++k) {
                 __m512i S = _mm512_dpbusd_epi32(z, R8, q8[k]);
                 S = _mm512_dpwssd_epi32(S, A0, w0[k]);
@@ -157,9 +142,9 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
             }
         }
     }
-    LMT_Q4_0_UNROLL
+    LMT_UNROLL
     for (int k = 0; k < R; ++k)
-        LMT_Q4_0_UNROLL
+        LMT_UNROLL
         for (int p = 0; p < P; ++p) _mm512_store_ps(acc[k][p], facc[k][p]);
 }
 
@@ -170,7 +155,7 @@ static void rows_pairs(const I24Args &a, int64_t r0, int64_t r1, int64_t p0) {
     for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
         const int64_t G = std::min(kGroup, r1 - g0);
         for (int64_t i = 0; i < G; ++i)
-            LMT_Q4_0_UNROLL
+            LMT_UNROLL
             for (int p = 0; p < P; ++p) _mm512_store_ps(acc[i][p], _mm512_setzero_ps());
         for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
             const int64_t b1 = std::min(nb, b0 + kChunk);
@@ -191,11 +176,7 @@ static void rows_pairs(const I24Args &a, int64_t r0, int64_t r1, int64_t p0) {
             }
         }
         for (int64_t i = 0; i < G; ++i)
-            for (int p = 0; p < P; ++p) {
-                const __m512 v = _mm512_load_ps(acc[i][p]);
-                a.logits[2 * (p0 + p) * a.rows + g0 + i] = hsum8_avx(_mm512_castps512_ps256(v));
-                a.logits[(2 * (p0 + p) + 1) * a.rows + g0 + i] = hsum8_avx(_mm512_extractf32x8_ps(v, 1));
-            }
+            for (int p = 0; p < P; ++p) store_row_pair(a.logits, a.rows, 2 * (p0 + p), g0 + i, _mm512_load_ps(acc[i][p]));
     }
 }
 

@@ -61,16 +61,6 @@ struct I24Scratch {  // per calling thread: grown, never shrunk
     std::vector<float> dx, dxc, dxp, dxcp;
 };
 
-// A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
-// loads then never split a cache line (a split 512-bit load costs about two).
-template <class T>
-T *aligned64(std::vector<T> &v, size_t n) {
-    const size_t pad = 64 / sizeof(T);
-    if (v.size() < n + pad) v.resize(n + pad);
-    const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
-    return reinterpret_cast<T *>((p + 63) & ~(uintptr_t)63);
-}
-
 // The row-pair layout of Q6kI24Args::xap / dxp (q6k.hpp), from the natural one: a copy, so the
 // integers and scales are the same ones every ISA uses.
 void q6k_pair_layout(const int16_t *x, const float *dx, int64_t T, int64_t cols, int16_t *xp, float *dxp) {

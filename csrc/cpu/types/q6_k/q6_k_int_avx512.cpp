@@ -18,19 +18,10 @@
 #include <algorithm>
 
 #include "cpu/types/q6_k/q6k.hpp"
+#include "cpu/types/x86_lanes.hpp"
 
 namespace lmt::cpu {
 namespace {
-
-// The file is built at -O2 (integer kernels, CMakeLists.txt), which does not unroll the small
-// fixed loops: the accumulator arrays would live on the stack.
-#if defined(__clang__)
-#define LMT_Q6K_UNROLL _Pragma("unroll")
-#elif defined(__GNUC__)
-#define LMT_Q6K_UNROLL _Pragma("GCC unroll 8")
-#else
-#define LMT_Q6K_UNROLL
-#endif
 
 #ifndef LMT_Q6K_R1
 #define LMT_Q6K_R1 1  // weight rows per pass of the single-row (T odd) kernel (2, 4: slower, spills)
@@ -94,12 +85,6 @@ static inline void decode_half(const lmt_block_q6_K *bk, int h, __m512i s16, __m
                               _mm512_permutexvar_epi16(_mm512_load_si512(idx + 3), s16));
 }
 
-static inline float hsum8_avx(__m256 a) {
-    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
-}
-
 static inline __m256i fold16(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
@@ -114,7 +99,7 @@ static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
     const int64_t nb = c.cols / LMT_QK_K;
     const lmt_block_q6_K *blocks[R];
     __m256 facc[R];
-    LMT_Q6K_UNROLL
+    LMT_UNROLL
     for (int k = 0; k < R; ++k) {
         blocks[k] = reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(r + k) * c.row_stride);
         facc[k] = _mm256_setzero_ps();
@@ -123,21 +108,21 @@ static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
         const int64_t tb = t * nb + b;
         const float dx = a.dx[tb], dxc = a.dxc[tb];
         const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
-        LMT_Q6K_UNROLL
+        LMT_UNROLL
         for (int k = 0; k < R; ++k) {
             const lmt_block_q6_K *bk = blocks[k] + b;
             prefetch_block(bk);
             const __m512i s16 = block_scales(bk);
             const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
             const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
-            LMT_Q6K_UNROLL
+            LMT_UNROLL
             for (int h = 0; h < 2; ++h) {
                 __m512i W[4];
                 decode_half(bk, h, s16, W);
                 const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
                 __m512i L = _mm512_madd_epi16(W[0], ld(pa));
                 __m512i C = _mm512_madd_epi16(W[0], ld(pc));
-                LMT_Q6K_UNROLL
+                LMT_UNROLL
                 for (int q = 1; q < 4; ++q) {
                     L = _mm512_dpwssd_epi32(L, W[q], ld(pa + 32 * q));
                     C = _mm512_dpwssd_epi32(C, W[q], ld(pc + 32 * q));
@@ -147,8 +132,8 @@ static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
             }
         }
     }
-    LMT_Q6K_UNROLL
-    for (int k = 0; k < R; ++k) c.logits[t * c.rows + r + k] = hsum8_avx(facc[k]);
+    LMT_UNROLL
+    for (int k = 0; k < R; ++k) c.logits[t * c.rows + r + k] = hsum8_lanes(facc[k]);
 }
 
 // P row pairs p0 .. p0 + P - 1 (activation rows 2 p0 .. 2 (p0 + P) - 1) in the pair layout, for
@@ -168,12 +153,12 @@ static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) 
     for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
         const int64_t G = std::min(kGroup, r1 - g0);
         for (int64_t i = 0; i < G; ++i)
-            LMT_Q6K_UNROLL
+            LMT_UNROLL
             for (int p = 0; p < P; ++p) _mm512_store_ps(acc[i][p], _mm512_setzero_ps());
         for (int64_t b = 0; b < nb; ++b) {
             const int16_t *xa[P], *xc[P];
             __m512 dx[P], dxc[P];
-            LMT_Q6K_UNROLL
+            LMT_UNROLL
             for (int p = 0; p < P; ++p) {
                 const int64_t pb = ((p0 + p) * nb + b) * 16;
                 dx[p] = _mm512_loadu_ps(a.dxp + pb);
@@ -196,18 +181,18 @@ static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) 
                 const __m512i s16 = block_scales(bk);
                 const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d))));
                 __m512 facc[P];
-                LMT_Q6K_UNROLL
+                LMT_UNROLL
                 for (int p = 0; p < P; ++p) facc[p] = _mm512_load_ps(acc[i][p]);
-                LMT_Q6K_UNROLL
+                LMT_UNROLL
                 for (int h = 0; h < 2; ++h) {
                     __m512i W[4];
                     decode_half(bk, h, s16, W);
                     __m512i L[P], C[P];
-                    LMT_Q6K_UNROLL
+                    LMT_UNROLL
                     for (int q = 0; q < 4; ++q) {
                         const __m512i Ws = _mm512_shuffle_i64x2(W[q], W[q], 0x4E);  // [j + 1 | j]
                         const int off = 2 * (128 * h + 32 * q);
-                        LMT_Q6K_UNROLL
+                        LMT_UNROLL
                         for (int p = 0; p < P; ++p) {
                             if (q == 0) {
                                 L[p] = _mm512_madd_epi16(W[q], ld(xa[p] + off));
@@ -220,24 +205,20 @@ static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) 
                             C[p] = _mm512_dpwssd_epi32(C[p], Ws, ld(xc[p] + off + 32));
                         }
                     }
-                    LMT_Q6K_UNROLL
+                    LMT_UNROLL
                     for (int p = 0; p < P; ++p) {
                         // e = d * dx per lane (one f32 product, as the scalar reference's d * dx[tb])
                         facc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(L[p]), _mm512_mul_ps(d, dx[p]), facc[p]);
                         facc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(C[p]), _mm512_mul_ps(d, dxc[p]), facc[p]);
                     }
                 }
-                LMT_Q6K_UNROLL
+                LMT_UNROLL
                 for (int p = 0; p < P; ++p) _mm512_store_ps(acc[i][p], facc[p]);
             }
         }
         for (int64_t i = 0; i < G; ++i)
-            LMT_Q6K_UNROLL
-            for (int p = 0; p < P; ++p) {
-                const __m512 v = _mm512_load_ps(acc[i][p]);
-                c.logits[2 * (p0 + p) * c.rows + g0 + i] = hsum8_avx(_mm512_castps512_ps256(v));
-                c.logits[(2 * (p0 + p) + 1) * c.rows + g0 + i] = hsum8_avx(_mm512_extractf32x8_ps(v, 1));
-            }
+            LMT_UNROLL
+            for (int p = 0; p < P; ++p) store_row_pair(c.logits, c.rows, 2 * (p0 + p), g0 + i, _mm512_load_ps(acc[i][p]));
     }
 }
 

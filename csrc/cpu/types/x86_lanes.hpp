@@ -1,0 +1,28 @@
+// Horizontal sums of the canonical 8 f32 lanes for the x86 integer kernels (static inline: each
+// translation unit compiles its own copy with its own target flags).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace lmt::cpu {
+namespace {
+
+// Canonical hsum8 (cpu/internal.hpp): (a[l] + a[l+4]) -> (b[0]+b[2], b[1]+b[3]) -> c0 + c1.
+static inline float hsum8_lanes(__m256 a) {
+    const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+#if defined(__AVX512F__)
+// One zmm of a row-pair kernel: lanes 0-7 are activation row t's canonical lanes, 8-15 row t + 1's.
+static inline void store_row_pair(float *logits, int64_t rows, int64_t t, int64_t r, __m512 v) {
+    logits[t * rows + r] = hsum8_lanes(_mm512_castps512_ps256(v));
+    logits[(t + 1) * rows + r] = hsum8_lanes(_mm512_extractf32x8_ps(v, 1));
+}
+#endif
+
+}  // namespace
+}  // namespace lmt::cpu
