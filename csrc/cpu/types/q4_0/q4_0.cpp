@@ -235,7 +235,7 @@ static void canonical_nans(float *logits, int64_t rows, int64_t T, int64_t r0, i
 
 struct I24Scratch {
     std::vector<int16_t> a, ap;
-    std::vector<uint8_t> r, rp;
+    std::vector<uint8_t> r, rp, xp;
     std::vector<float> sr, srp;
     std::vector<int> row_exp;
     std::vector<int64_t> sel_int, sel_f32;  // activation rows per path (i24_row_needs_f32)
@@ -266,6 +266,22 @@ void pair_layout(const I24Args &a, int16_t *ap, uint8_t *rp, float *srp) {
     }
 }
 
+// The pass layout of I24Args::xp (q4_0_kernels.hpp): a copy of the prepared integers and scales.
+void pass_layout(const I24Args &a, int64_t pass_rows, uint8_t *xp) {
+    const int64_t nb = a.cols / kQK;
+    for (int64_t t0 = 0; t0 < a.T; t0 += pass_rows) {
+        const int64_t n = std::min(pass_rows, a.T - t0);
+        for (int64_t b = 0; b < nb; ++b)
+            for (int64_t t = 0; t < n; ++t) {
+                uint8_t *o = xp + ((t0 * nb) + b * n + t) * kI24PassRecord;
+                std::memcpy(o, a.a + (t0 + t) * a.cols + b * kQK, 64);
+                std::memcpy(o + 64, a.r + (t0 + t) * a.cols + b * kQK, 32);
+                const float s = a.sr[(t0 + t) * nb + b];
+                for (int l = 0; l < 8; ++l) std::memcpy(o + 96 + 4 * l, &s, 4);
+            }
+    }
+}
+
 void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, float *logits) {
     const size_t n = (size_t)(T * c.cols);
     int16_t *xa = aligned64(xs.a, n);
@@ -276,7 +292,17 @@ void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, flo
     I24Args a{c.w, c.rows, c.cols, c.row_stride, xa, xr, sr, T, logits};
     void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
 #if defined(LMTAIL_HAVE_X86)
-    if (c.isa == Isa::Avx2) kernel = matvec_i24_avx2;
+    if (c.isa == Isa::Avx2) {
+        kernel = matvec_i24_avx2;
+        if (T >= 2) {
+            // Passes of near-equal size <= 8 (T = 9: 5 + 4, not 8 + 1).
+            const int64_t passes = (T + 7) / 8;
+            a.pass_rows = (T + passes - 1) / passes;
+            uint8_t *xp = aligned64(xs.xp, (size_t)(T * (c.cols / kQK)) * kI24PassRecord);
+            pass_layout(a, a.pass_rows, xp);
+            a.xp = xp;
+        }
+    }
     if (c.isa == Isa::Avx512) {
         kernel = matvec_i24_avx512;
         if (T >= 2) {

@@ -1,11 +1,17 @@
-// AVX2 Q4_0 matvec, Precision::I24 (canonical expression in q4_0_kernels.hpp). Each weight block
-// is unpacked once (signed nibbles for vpmaddubsw against r, the same bytes << 8 as int16 for
-// vpmaddwd against a) and applied to up to 8 activation rows; at T = 1, 4 rows at a time keep 4
-// independent FMA chains.
+// AVX2 Q4_0 matvec, Precision::I24 (canonical expression in q4_0_kernels.hpp). A weight block is
+// unpacked once (signed nibbles for vpmaddubsw against r, the same bytes << 8 as int16 for
+// vpmaddwd against a); S = madd(a0, w0) + madd(a1, w1) + madd(maddubs(r, q8), 1), exact.
+//   T = 1: R weight rows per step share the block's activation loads (R independent FMA chains).
+//   T >= 2: register tile of 1 weight row x up to 8 activation rows (each unpacked block feeds
+//          every activation row), activations in the pass layout (I24Args::xp: one pointer,
+//          constant offsets). Weight rows kGroup at a time, kChunk blocks at a time (block-major),
+//          so the pass's activation chunk stays in L1 across the group.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "cpu/internal.hpp"
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
 #include "cpu/types/x86_lanes.hpp"
 
@@ -15,90 +21,152 @@ namespace {
 constexpr int kQK = LMT_Q4_0_BLOCK_ELEMS;
 constexpr size_t kBB = LMT_Q4_0_BLOCK_BYTES;
 
-struct WBlock {
-    __m256i q8;      // q - 8 as int8: bytes 0-15 weights 0-15, bytes 16-31 weights 16-31
-    __m256i w0, w1;  // (q - 8) << 8 as int16: [w0..7 | w16..23], [w8..15 | w24..31]
-    __m256 d;
+struct Consts {
+    __m256i cnt, m4, k8, ones;
+    Consts()
+        : cnt(_mm256_set_epi64x(4, 4, 0, 0)), m4(_mm256_set1_epi8(0x0F)), k8(_mm256_set1_epi8(8)),
+          ones(_mm256_set1_epi16(1)) {}
 };
 
-static inline WBlock unpack(const uint8_t *blk) {
-    WBlock o;
-    uint16_t h;
-    std::memcpy(&h, blk, 2);
-    o.d = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2));
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1);
-    o.q8 = _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-    const __m256i z = _mm256_setzero_si256();
-    o.w0 = _mm256_unpacklo_epi8(z, o.q8);
-    o.w1 = _mm256_unpackhi_epi8(z, o.q8);
-    return o;
+// q - 8 as int8: bytes 0-15 weights 0-15 (low nibbles), bytes 16-31 weights 16-31 (the upper
+// 128-bit lane's qwords shifted right by 4; the mask drops what crosses a byte).
+static inline __m256i unpack_q8(const uint8_t *blk, const Consts &c) {
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)));
+    return _mm256_sub_epi8(_mm256_and_si256(_mm256_srlv_epi64(v, c.cnt), c.m4), c.k8);
 }
 
-static inline __m256 block_term(const WBlock &w, const int16_t *xa, const uint8_t *xr, const float *sr, __m256 acc) {
+// The block's d in lane 0 (vcvtph2ps of the first 4 halves: d and 3 halves of qs, ignored).
+static inline __m128 block_d(const uint8_t *blk) {
+    return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(blk)));
+}
+
+// S of one block and activation row (a0, a1: xa's two 16-word halves, r: 32 bytes).
+static inline __m256i block_sum(__m256i q8, __m256i w0, __m256i w1, const int16_t *xa, const uint8_t *xr,
+                                const Consts &c) {
     const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xa));
     const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xa + 16));
     const __m256i r = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xr));
-    const __m256i L = _mm256_add_epi32(_mm256_madd_epi16(a0, w.w0), _mm256_madd_epi16(a1, w.w1));
-    const __m256i R = _mm256_madd_epi16(_mm256_maddubs_epi16(r, w.q8), _mm256_set1_epi16(1));
-    const __m256 e = _mm256_mul_ps(w.d, _mm256_broadcast_ss(sr));
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(L, R)), e, acc);
+    const __m256i L = _mm256_add_epi32(_mm256_madd_epi16(a0, w0), _mm256_madd_epi16(a1, w1));
+    return _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(r, q8), c.ones));
 }
+
+#ifndef LMT_Q4_0_AVX2_R
+#define LMT_Q4_0_AVX2_R 4
+#endif
 
 template <int R>
 static void rows_t1(const I24Args &a, int64_t r) {
+    const Consts c;
     const int64_t nb = a.cols / kQK;
     const uint8_t *row[R];
     __m256 acc[R];
+    LMT_UNROLL
     for (int k = 0; k < R; ++k) {
         row[k] = a.w + (size_t)(r + k) * a.row_stride;
         acc[k] = _mm256_setzero_ps();
     }
-    for (int64_t b = 0; b < nb; ++b)
+    const __m256i z = _mm256_setzero_si256();
+    for (int64_t b = 0; b < nb; ++b) {
+        const int16_t *xa = a.a + b * kQK;
+        const uint8_t *xr = a.r + b * kQK;
+        const __m128 s = _mm_load_ss(a.sr + b);
         LMT_UNROLL
-        for (int k = 0; k < R; ++k)
-            acc[k] = block_term(unpack(row[k] + (size_t)b * kBB), a.a + b * kQK, a.r + b * kQK, a.sr + b, acc[k]);
+        for (int k = 0; k < R; ++k) {
+            const uint8_t *blk = row[k] + (size_t)b * kBB;
+            const __m256i q8 = unpack_q8(blk, c);
+            const __m256i S = block_sum(q8, _mm256_unpacklo_epi8(z, q8), _mm256_unpackhi_epi8(z, q8), xa, xr, c);
+            // e = d * sr: the scalar reference's one f32 product
+            const __m256 e = _mm256_broadcastss_ps(_mm_mul_ss(block_d(blk), s));
+            acc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), e, acc[k]);
+        }
+    }
+    LMT_UNROLL
     for (int k = 0; k < R; ++k) a.logits[r + k] = hsum8_lanes(acc[k]);
 }
 
+#ifndef LMT_Q4_0_AVX2_G
+#define LMT_Q4_0_AVX2_G 16
+#endif
+#ifndef LMT_Q4_0_AVX2_C
+#define LMT_Q4_0_AVX2_C 8
+#endif
+constexpr int64_t kGroup = LMT_Q4_0_AVX2_G;  // weight rows per block-major group
+constexpr int64_t kChunk = LMT_Q4_0_AVX2_C;  // blocks per step (8 activation rows: 8 KB)
+
+// Weight row `row` over blocks [b0, b1) against the TG activation rows of the pass at xp;
+// acc holds the TG rows' 8 lanes between chunks (each lane still sums blocks in increasing order).
 template <int TG>
-static void row_tg(const I24Args &a, int64_t r, int64_t t0) {
-    const int64_t nb = a.cols / kQK;
-    const uint8_t *row = a.w + (size_t)r * a.row_stride;
-    __m256 acc[TG];
-    for (int t = 0; t < TG; ++t) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-        const WBlock w = unpack(row + (size_t)b * kBB);
+static inline void tile_step(const uint8_t *row, const uint8_t *xp, int64_t b0, int64_t b1, float *acc) {
+    const Consts c;
+    const __m256i z = _mm256_setzero_si256();
+    {
+        // this row's next chunk (144 bytes), needed after the group's other rows
+        const char *ahead = reinterpret_cast<const char *>(row + (size_t)b1 * kBB);
+        _mm_prefetch(ahead, _MM_HINT_T0);
+        _mm_prefetch(ahead + 64, _MM_HINT_T0);
+        _mm_prefetch(ahead + 128, _MM_HINT_T0);
+    }
+    __m256 v[TG];
+    LMT_UNROLL
+    for (int t = 0; t < TG; ++t) v[t] = _mm256_load_ps(acc + 8 * t);
+    for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t *blk = row + (size_t)b * kBB;
+        const __m256i q8 = unpack_q8(blk, c);
+        const __m256i w0 = _mm256_unpacklo_epi8(z, q8), w1 = _mm256_unpackhi_epi8(z, q8);
+        const __m256 d = _mm256_broadcastss_ps(block_d(blk));
+        const uint8_t *x = xp + b * TG * kI24PassRecord;
         LMT_UNROLL
         for (int t = 0; t < TG; ++t) {
-            const int64_t o = (t0 + t) * a.cols + b * kQK;
-            acc[t] = block_term(w, a.a + o, a.r + o, a.sr + (t0 + t) * nb + b, acc[t]);
+            const uint8_t *p = x + t * kI24PassRecord;
+            const __m256i S = block_sum(q8, w0, w1, reinterpret_cast<const int16_t *>(p), p + 64, c);
+            // e = d * sr (sr broadcast in the record): the scalar reference's one f32 product
+            const __m256 e = _mm256_mul_ps(d, _mm256_load_ps(reinterpret_cast<const float *>(p + 96)));
+            v[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), e, v[t]);
         }
     }
-    for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r] = hsum8_lanes(acc[t]);
+    LMT_UNROLL
+    for (int t = 0; t < TG; ++t) _mm256_store_ps(acc + 8 * t, v[t]);
+}
+
+template <int TG>
+static void rows_pass(const I24Args &a, int64_t r0, int64_t r1, int64_t t0) {
+    const int64_t nb = a.cols / kQK;
+    const uint8_t *xp = a.xp + t0 * nb * kI24PassRecord;
+    alignas(32) float acc[kGroup][TG][8];
+    for (int64_t g0 = r0; g0 < r1; g0 += kGroup) {
+        const int64_t G = std::min(kGroup, r1 - g0);
+        for (int64_t i = 0; i < G; ++i)
+            for (int t = 0; t < TG; ++t) _mm256_store_ps(acc[i][t], _mm256_setzero_ps());
+        for (int64_t b0 = 0; b0 < nb; b0 += kChunk) {
+            const int64_t b1 = std::min(nb, b0 + kChunk);
+            for (int64_t i = 0; i < G; ++i)
+                tile_step<TG>(a.w + (size_t)(g0 + i) * a.row_stride, xp, b0, b1, &acc[i][0][0]);
+        }
+        for (int64_t i = 0; i < G; ++i)
+            for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + g0 + i] = hsum8_lanes(_mm256_load_ps(acc[i][t]));
+    }
 }
 
 }  // namespace
 
 void matvec_i24_avx2(const I24Args &a, int64_t r0, int64_t r1) {
     if (a.T == 1) {
+        constexpr int R = LMT_Q4_0_AVX2_R;
         int64_t r = r0;
-        for (; r + 4 <= r1; r += 4) rows_t1<4>(a, r);
+        for (; r + R <= r1; r += R) rows_t1<R>(a, r);
         for (; r < r1; ++r) rows_t1<1>(a, r);
         return;
     }
-    for (int64_t r = r0; r < r1; ++r) {
-        int64_t t = 0;
-        for (; t + 8 <= a.T; t += 8) row_tg<8>(a, r, t);
-        switch (a.T - t) {
-            case 7: row_tg<7>(a, r, t); break;
-            case 6: row_tg<6>(a, r, t); break;
-            case 5: row_tg<5>(a, r, t); break;
-            case 4: row_tg<4>(a, r, t); break;
-            case 3: row_tg<3>(a, r, t); break;
-            case 2: row_tg<2>(a, r, t); break;
-            case 1: row_tg<1>(a, r, t); break;
-            default: break;
+    for (int64_t t0 = 0; t0 < a.T; t0 += a.pass_rows) {
+        switch ((int)std::min<int64_t>(a.pass_rows, a.T - t0)) {
+            case 1: rows_pass<1>(a, r0, r1, t0); break;
+            case 2: rows_pass<2>(a, r0, r1, t0); break;
+            case 3: rows_pass<3>(a, r0, r1, t0); break;
+            case 4: rows_pass<4>(a, r0, r1, t0); break;
+            case 5: rows_pass<5>(a, r0, r1, t0); break;
+            case 6: rows_pass<6>(a, r0, r1, t0); break;
+            case 7: rows_pass<7>(a, r0, r1, t0); break;
+            default: rows_pass<8>(a, r0, r1, t0); break;
         }
     }
 }

@@ -60,7 +60,14 @@ struct I24Args {
     const int16_t *ap = nullptr;  // (T / 2, 2 * cols)
     const uint8_t *rp = nullptr;  // (T / 2, 2 * cols)
     const float *srp = nullptr;   // (T / 2, cols / 32, 16)
+    // Isa::Avx2 with T >= 2 only (q4_0.cpp pass_layout fills them): activation rows in passes of
+    // pass_rows (the last may be shorter); pass [t0, t0 + n) starts at xp + t0 * (cols / 32) *
+    // kI24PassRecord, and holds per block b, per row t of the pass, one kI24PassRecord record:
+    //   64 bytes a (a's block order above), 32 bytes r, sr[b] as 8 floats.
+    const uint8_t *xp = nullptr;
+    int64_t pass_rows = 0;
 };
+constexpr int64_t kI24PassRecord = 128;
 static inline int i24_a_pos(int i) {  // position of weight i (0..31) in a's block
     return (i & 7) | (((i >> 4) & 1) << 3) | (((i >> 3) & 1) << 4);
 }

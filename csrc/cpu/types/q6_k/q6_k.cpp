@@ -81,6 +81,20 @@ void q6k_pair_layout(const int16_t *x, const float *dx, int64_t T, int64_t cols,
     }
 }
 
+// The pass layout of Q6kI24Args::xg (q6k.hpp), from the natural one: a copy, as above.
+void q6k_pass_layout(const int16_t *xa, const int16_t *xc, int64_t T, int64_t cols, int16_t *xg) {
+    const int64_t nb = cols / LMT_QK_K;
+    for (int64_t t0 = 0; t0 < T; t0 += 4) {
+        const int64_t n = std::min<int64_t>(4, T - t0);
+        int16_t *o = xg + 2 * t0 * cols;
+        for (int64_t b = 0; b < nb; ++b)
+            for (int64_t t = 0; t < n; ++t) {
+                std::copy_n(xa + (t0 + t) * cols + b * LMT_QK_K, LMT_QK_K, o + (2 * n * b + t) * LMT_QK_K);
+                std::copy_n(xc + (t0 + t) * cols + b * LMT_QK_K, LMT_QK_K, o + (2 * n * b + n + t) * LMT_QK_K);
+            }
+    }
+}
+
 // 64 rows per task (~340 KB of weights at cols = 6656), as Q5_K.
 constexpr int64_t kRowsPerTask = 64;
 
@@ -113,6 +127,11 @@ void q6_k_matvec(const MatvecCall &c) {
             a.xcp = cp;
             a.dxp = dxp;
             a.dxcp = dxcp;
+        }
+        if (c.isa == Isa::Avx2 && c.T >= 2) {
+            int16_t *xg = aligned64(s.ap, 2 * n);
+            q6k_pass_layout(xa, xc, c.T, c.cols, xg);
+            a.xg = xg;
         }
 #endif
         void (*kernel)(const Q6kI24Args &, int64_t, int64_t) = matvec_q6_k_i24_scalar;
