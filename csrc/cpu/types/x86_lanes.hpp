@@ -1,5 +1,6 @@
-// Horizontal sums of the canonical 8 f32 lanes for the x86 integer kernels (static inline: each
-// translation unit compiles its own copy with its own target flags).
+// Small x86 helpers shared by the integer kernels: horizontal sums of the canonical 8 f32 lanes,
+// L1 prefetch of a few cache lines (static inline: each translation unit compiles its own copy
+// with its own target flags).
 #pragma once
 
 #include <immintrin.h>
@@ -14,6 +15,13 @@ static inline float hsum8_lanes(__m256 a) {
     const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
     return _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+}
+
+// The N 64-byte lines from p into L1 (performance only).
+template <int N>
+static inline void prefetch_lines(const void *p) {
+    const char *c = static_cast<const char *>(p);
+    for (int i = 0; i < N; ++i) _mm_prefetch(c + 64 * i, _MM_HINT_T0);
 }
 
 #if defined(__AVX512F__)

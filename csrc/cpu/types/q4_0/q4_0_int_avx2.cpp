@@ -9,7 +9,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "cpu/internal.hpp"
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
@@ -50,10 +49,6 @@ static inline __m256i block_sum(__m256i q8, __m256i w0, __m256i w1, const int16_
     return _mm256_add_epi32(L, _mm256_madd_epi16(_mm256_maddubs_epi16(r, q8), c.ones));
 }
 
-#ifndef LMT_Q4_0_AVX2_R
-#define LMT_Q4_0_AVX2_R 4
-#endif
-
 template <int R>
 static void rows_t1(const I24Args &a, int64_t r) {
     const Consts c;
@@ -84,14 +79,8 @@ static void rows_t1(const I24Args &a, int64_t r) {
     for (int k = 0; k < R; ++k) a.logits[r + k] = hsum8_lanes(acc[k]);
 }
 
-#ifndef LMT_Q4_0_AVX2_G
-#define LMT_Q4_0_AVX2_G 16
-#endif
-#ifndef LMT_Q4_0_AVX2_C
-#define LMT_Q4_0_AVX2_C 8
-#endif
-constexpr int64_t kGroup = LMT_Q4_0_AVX2_G;  // weight rows per block-major group
-constexpr int64_t kChunk = LMT_Q4_0_AVX2_C;  // blocks per step (8 activation rows: 8 KB)
+constexpr int64_t kGroup = 16;  // weight rows per block-major group
+constexpr int64_t kChunk = 8;   // blocks per step (8 activation rows: 8 KB)
 
 // Weight row `row` over blocks [b0, b1) against the TG activation rows of the pass at xp;
 // acc holds the TG rows' 8 lanes between chunks (each lane still sums blocks in increasing order).
@@ -99,13 +88,7 @@ template <int TG>
 static inline void tile_step(const uint8_t *row, const uint8_t *xp, int64_t b0, int64_t b1, float *acc) {
     const Consts c;
     const __m256i z = _mm256_setzero_si256();
-    {
-        // this row's next chunk (144 bytes), needed after the group's other rows
-        const char *ahead = reinterpret_cast<const char *>(row + (size_t)b1 * kBB);
-        _mm_prefetch(ahead, _MM_HINT_T0);
-        _mm_prefetch(ahead + 64, _MM_HINT_T0);
-        _mm_prefetch(ahead + 128, _MM_HINT_T0);
-    }
+    prefetch_lines<3>(row + (size_t)b1 * kBB);  // this row's next chunk (144 bytes), after the group's other rows
     __m256 v[TG];
     LMT_UNROLL
     for (int t = 0; t < TG; ++t) v[t] = _mm256_load_ps(acc + 8 * t);
@@ -151,7 +134,7 @@ static void rows_pass(const I24Args &a, int64_t r0, int64_t r1, int64_t t0) {
 
 void matvec_i24_avx2(const I24Args &a, int64_t r0, int64_t r1) {
     if (a.T == 1) {
-        constexpr int R = LMT_Q4_0_AVX2_R;
+        constexpr int R = 4;  // weight rows sharing each block's activation loads (2 measured the same)
         int64_t r = r0;
         for (; r + R <= r1; r += R) rows_t1<R>(a, r);
         for (; r < r1; ++r) rows_t1<1>(a, r);

@@ -27,12 +27,8 @@
 namespace lmt::cpu {
 namespace {
 
-#ifndef LMT_Q6K_PF1
-#define LMT_Q6K_PF1 2048  // T = 1 prefetch distance in bytes ahead of the block being decoded
-#endif
-#ifndef LMT_Q6K_GPF
-#define LMT_Q6K_GPF 512  // per-row prefetch distance in the block-major order (bytes)
-#endif
+constexpr int kPrefetchT1 = 2048;     // T = 1: bytes ahead of the block being decoded
+constexpr int kPrefetchGroup = 512;   // T >= 2: per-row bytes ahead in the block-major order
 
 // Dword j' of the table holds sub-block j's (256 sc, 256 sc) with j' = kScPos[j] (the in-lane order
 // of vpunpck{l,h}wd).
@@ -49,14 +45,6 @@ static inline void block_sc_table(const lmt_block_q6_K *bk, int32_t *tab) {
 
 static inline __m256i sc_vec(const int32_t *tab, int j) {
     return _mm256_set1_epi32(tab[sc_pos(j)]);
-}
-
-static inline void prefetch4(const void *p) {
-    const char *c = static_cast<const char *>(p);
-    _mm_prefetch(c, _MM_HINT_T0);
-    _mm_prefetch(c + 64, _MM_HINT_T0);
-    _mm_prefetch(c + 128, _MM_HINT_T0);
-    _mm_prefetch(c + 192, _MM_HINT_T0);
 }
 
 static inline __m256i ld(const int16_t *p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)); }
@@ -93,6 +81,11 @@ static inline void quarter_w16(__m256i q, const int32_t *tab, int j, __m256i &lo
     hi = _mm256_mulhi_epi16(_mm256_unpackhi_epi8(z, q), sc_vec(tab, j + 1));
 }
 
+// Sub-blocks j, j + 1 (w16 w0, w1) against the 32 activation words at p: int32 lanes of 16 products.
+static inline __m256i quarter_sum(__m256i w0, __m256i w1, const int16_t *p) {
+    return _mm256_add_epi32(_mm256_madd_epi16(w0, ld(p)), _mm256_madd_epi16(w1, ld(p + 16)));
+}
+
 // T = 1 (and the last activation row of an odd T: any T is row-by-row batch invariant).
 static void rows_single(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t) {
     const MatvecCall &c = *a.c;
@@ -103,9 +96,7 @@ static void rows_single(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t) 
         __m256 facc = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             const lmt_block_q6_K *bk = blocks + b;
-#if LMT_Q6K_PF1 > 0
-            prefetch4(reinterpret_cast<const char *>(bk) + LMT_Q6K_PF1);
-#endif
+            prefetch_lines<4>(reinterpret_cast<const char *>(bk) + kPrefetchT1);
             block_sc_table(bk, tab);
             const int64_t tb = t * nb + b;
             const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
@@ -120,10 +111,7 @@ static void rows_single(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t) 
                     __m256i w0, w1;
                     quarter_w16(decode_quarter(hl, q), tab, 8 * h + 2 * q, w0, w1);
                     const int off = 128 * h + 32 * q;
-                    const __m256i pl = _mm256_add_epi32(_mm256_madd_epi16(w0, ld(xa + off)),
-                                                        _mm256_madd_epi16(w1, ld(xa + off + 16)));
-                    const __m256i pc = _mm256_add_epi32(_mm256_madd_epi16(w0, ld(xc + off)),
-                                                        _mm256_madd_epi16(w1, ld(xc + off + 16)));
+                    const __m256i pl = quarter_sum(w0, w1, xa + off), pc = quarter_sum(w0, w1, xc + off);
                     if (q == 0) {
                         L = pl;
                         C = pc;
@@ -165,9 +153,7 @@ static void rows_group(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t0) 
             for (int64_t i = 0; i < G; ++i) {
                 const lmt_block_q6_K *bk =
                     reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(g0 + i) * c.row_stride) + b;
-#if LMT_Q6K_GPF > 0
-                prefetch4(reinterpret_cast<const char *>(bk) + LMT_Q6K_GPF);
-#endif
+                prefetch_lines<4>(reinterpret_cast<const char *>(bk) + kPrefetchGroup);
                 block_sc_table(bk, tab);
                 const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
                 LMT_UNROLL
@@ -181,11 +167,8 @@ static void rows_group(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t0) 
                         const int off = 128 * h + 32 * q;
                         LMT_UNROLL
                         for (int t = 0; t < TG; ++t) {
-                            const int16_t *pa = xg + t * LMT_QK_K + off, *pc = xg + (TG + t) * LMT_QK_K + off;
-                            const __m256i pl =
-                                _mm256_add_epi32(_mm256_madd_epi16(w0, ld(pa)), _mm256_madd_epi16(w1, ld(pa + 16)));
-                            const __m256i pcc =
-                                _mm256_add_epi32(_mm256_madd_epi16(w0, ld(pc)), _mm256_madd_epi16(w1, ld(pc + 16)));
+                            const __m256i pl = quarter_sum(w0, w1, xg + t * LMT_QK_K + off);
+                            const __m256i pcc = quarter_sum(w0, w1, xg + (TG + t) * LMT_QK_K + off);
                             if (q == 0) {
                                 L[t] = pl;
                                 C[t] = pcc;
