@@ -1,7 +1,7 @@
 """Every ```python block of README.md runs, on small data this test sets up.
 
 A block is preceded by an HTML comment naming its fixture (invisible on GitHub):
-``<!-- test: gguf -->`` runs it in a directory holding a small ``model.gguf``; ``sampling`` also
+``<!-- test: gguf -->`` (and ``serving``) runs it in a directory holding a small ``model.gguf``; ``sampling`` also
 records what the chain samples and accepts, so the test can replay the logits through llama.cpp's
 own sampler chain (the oracle) and check that every sampled token was accepted. ``cpp`` and ``sh``
 blocks are not run here (the C++ embedding has its own test).
@@ -20,7 +20,7 @@ from _gguf_util import head_model, u32
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(?:<!--\s*test:\s*(?P<fixture>[\w-]+)\s*-->\n)?```(?P<lang>\w*)\n(?P<code>.*?)^```", re.S | re.M)
-FIXTURES = ("gguf", "sampling", "grammar")
+FIXTURES = ("gguf", "sampling", "grammar", "serving")
 
 
 def blocks():
@@ -93,7 +93,7 @@ class _Recorder:
 @pytest.mark.parametrize("fixture,code,line", [pytest.param(*b, id=f"README.md:{b[2]}") for b in PY_BLOCKS])
 def test_python_block_runs(fixture, code, line, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    if fixture in ("gguf", "sampling"):
+    if fixture in ("gguf", "sampling", "serving"):
         _model(tmp_path)
     if fixture == "sampling":
         rec = _Recorder()

@@ -12,6 +12,10 @@ discipline): every row runs that very function on its own chain and grammar, so 
 streams, mirostat ``mu`` and histories are touched by nothing else, and a request's tokens do not
 depend on which other rows share the batch or on the thread count.
 
+Chains come from any spec, from ``common_chain``, or from the parameter names users bring
+(:func:`from_openai`, :func:`from_vllm`; logprobs in the OpenAI shape with :func:`batch_logprobs`;
+all in :mod:`lmtail.serving_params`).
+
 Like :mod:`lmtail.common_sampling` this module sits above both the sampler and the grammar layers:
 it imports :mod:`lmtail.sampling` and takes a grammar by its protocol (``allows``, ``mask``,
 ``accept``, ``snapshot``/``check_snapshot``/``restore``, optionally ``awaiting_trigger``).
@@ -38,8 +42,10 @@ from ._validate import float32_array, threads_arg
 from .common_sampling import common_sample, common_sample_row
 from .errors import ParameterError, ShapeError
 from .sampling import Chain, TopKRows, batch_topk_needed, topk_needed
+from .serving_params import OPENAI_PARAMS, batch_logprobs, from_openai, from_vllm, openai_logprobs
 
-__all__ = ["Batch", "Slot", "SlotSnapshot"]
+__all__ = ["Batch", "Slot", "SlotSnapshot", "from_openai", "from_vllm", "openai_logprobs", "batch_logprobs",
+           "OPENAI_PARAMS"]
 
 
 class SlotSnapshot(NamedTuple):
