@@ -14,7 +14,8 @@ import inspect
 
 import pytest
 
-MODULES = ("lmtail", "lmtail.ops", "lmtail.sampling", "lmtail.grammar", "lmtail.speculative")
+MODULES = ("lmtail", "lmtail.ops", "lmtail.sampling", "lmtail.grammar", "lmtail.speculative", "lmtail.serving",
+           "lmtail.serving_params")
 
 
 def _has_doc(obj) -> bool:

@@ -48,6 +48,7 @@ def fields(chain, *names):
     (dict(seed=2**32 - 1), dict(seed=DEFAULT_SEED)),
     (dict(logprobs=True), dict(n_probs=20, logprobs=True)),
     (dict(logprobs=True, top_logprobs=3), dict(n_probs=3, logprobs=True)),
+    (dict(logprobs=True, top_logprobs=0), dict(n_probs=0, logprobs=False)),  # llama-server: nothing reported
     (dict(logprobs=False), dict(n_probs=0, logprobs=False)),
     (dict(logprobs=5), dict(n_probs=5, logprobs=True)),
     (dict(n_probs=4), dict(n_probs=4, logprobs=True)),
@@ -269,12 +270,13 @@ def test_openai_logprobs_shape():
 def test_batch_logprobs_rows():
     b = Batch()
     chains = [from_openai(N, seed=1, logprobs=True, top_logprobs=3), from_openai(N, seed=2),
-              from_openai(N, seed=3, n_probs=2, post_sampling_probs=True), from_vllm(N, dict(seed=4, logprobs=1))]
+              from_openai(N, seed=3, n_probs=2, post_sampling_probs=True), from_vllm(N, dict(seed=4, logprobs=1)),
+              from_openai(N, defaults="openai", seed=5, logprobs=True)]
     for c in chains:
         b.add(c)
     rng = np.random.default_rng(0)
     for _ in range(3):
-        x = (rng.standard_normal((4, N)) * 3).astype(np.float32)
+        x = (rng.standard_normal((5, N)) * 3).astype(np.float32)
         t = b.sample(x)
         out = batch_logprobs(b, x, t)
         assert out[1] is None
@@ -282,6 +284,7 @@ def test_batch_logprobs_rows():
         assert out[3] == openai_logprobs(server_logprobs(x[3], 1, int(t[3])))
         assert out[2] == openai_logprobs(post_sampling_logprobs(chains[2].last, 2, int(t[2])), post_sampling=True)
         assert len(out[0]["top_logprobs"]) == 3 and len(out[2]["top_probs"]) <= 2
+        assert out[4] == openai_logprobs(server_logprobs(x[4], 0, int(t[4]))) and out[4]["top_logprobs"] == []
         b.accept(t)
     with pytest.raises(ParameterError, match="one row per slot"):
         batch_logprobs(b, x[:2], t[:2])

@@ -24,7 +24,7 @@ repeat_last_n          penalty_last_n                    >= 0 (0: penalties off)
 seed                   seed                              None / -1: random; else [0, 2**32 - 1]
 ignore_eos             ignore_eos                        -inf bias on ``vocab.eog_ids`` (needs vocab)
 logit_bias             logit_bias                        {id: bias} or [[id, bias]]; false = -inf
-logprobs (bool)        n_probs = top_logprobs or 20      chat; ``top_logprobs`` needs it
+logprobs (bool)        n_probs = top_logprobs or 20      chat; ``top_logprobs`` needs it (see below)
 logprobs (int)         n_probs                           legacy completions
 n_probs                n_probs                           llama-server's name
 post_sampling_probs    (response)                        probabilities after the chain
@@ -35,6 +35,7 @@ llama-server's other sampling fields are accepted under their llama-server names
 ``dynatemp_range``, ``dynatemp_exponent``, ``mirostat``, ``mirostat_tau``, ``mirostat_eta``,
 ``dry_multiplier``, ``dry_base``, ``dry_allowed_length``, ``dry_penalty_last_n``,
 ``dry_sequence_breakers``, ``samplers``.  A None value means absent (as llama-server reads JSON null).
+DRY (``dry_multiplier > 0``) needs ``vocab=``: its sequence breakers are strings.
 
 Where this is stricter than llama-server (it never changes a valid request's tokens): llama-server
 clamps top_k, top_p, min_p, temperature, xtc_* and mirostat into range, replaces a dry_base below
@@ -46,6 +47,13 @@ belong.  A logit_bias key that is text (llama-server tokenizes it) is refused: l
 tokenizer, pass token ids.  Biases are added to the logit as llama.cpp does: any finite value is
 taken (OpenAI documents [-100, 100]; lmtail, like llama-server, takes larger ones too), and
 ``false`` or ``-inf`` bans the token.
+
+Logprobs.  Chat's ``logprobs: true`` sets ``n_probs`` to ``top_logprobs``, 20 when absent
+(llama-server's choice; OpenAI's is 0); llama-server reports probabilities only when ``n_probs >
+0``, so ``top_logprobs: 0`` reports nothing there, while with ``defaults="openai"`` the sampled
+token's logprob is still reported.  They are llama-server's: by default the softmax of the raw
+logits (before logit_bias, penalties, grammar), with ``post_sampling_probs`` the chain's final
+candidates (:func:`batch_logprobs`).
 
 Penalties.  llama.cpp's penalties sampler counts the last ``repeat_last_n`` tokens the chain
 *accepted*; llama-server accepts every prompt token into the chain before the first step
@@ -278,9 +286,10 @@ def from_openai(n_vocab: int, *, defaults: str = "llama-server", prompt_tokens=N
         raise ParameterError("n_probs and logprobs both set the number of probabilities; give one")
     if isinstance(lp, bool):
         if lp:
-            want_lp = True
             default_top = 20 if defaults == "llama-server" else 0
             n_probs = _int("top_logprobs", given.get("top_logprobs", default_top), 0, _I32_MAX)
+            # llama-server reports nothing when n_probs is 0; OpenAI still reports the token's logprob
+            want_lp = n_probs > 0 or defaults == "openai"
         elif "top_logprobs" in given:
             raise ParameterError("top_logprobs requires logprobs to be set to true")
     elif lp is not None:
