@@ -151,3 +151,43 @@ def test_sampling_block_is_token_identical_to_llama_cpp(tmp_path, monkeypatch):
             want.append(tok)
     assert ns["tokens"] == want
     assert len(set(want)) > 1  # a sequence, not one token repeated by construction
+
+
+@pytest.mark.oracle
+def test_serving_block_rows_are_llama_cpp_alone(tmp_path, monkeypatch):
+    """Rows without a grammar in the serving example: each request's tokens are what llama.cpp's
+    chain for its fields (common_sampler_init; prompt accepted first, as llama-server's slot does)
+    samples from that row's logits alone, whatever joined or left the batch around it."""
+    from oracle import sampling as O
+
+    from lmtail.serving import Batch
+
+    O.require()
+    found = [(c, ln) for f, c, ln in PY_BLOCKS if f == "serving"]
+    assert len(found) == 1
+    code, line = found[0]
+    monkeypatch.chdir(tmp_path)
+    _model(tmp_path)
+    rows: dict = {}  # id(chain) -> (chain, [(logits row, token)])
+    real = Batch.sample
+
+    def sample(self, logits):
+        tokens = real(self, logits)
+        for s, x, t in zip(self.slots, np.asarray(logits), tokens):
+            rows.setdefault(id(s.chain), (s.chain, []))[1].append((x.copy(), int(t)))
+        return tokens
+
+    monkeypatch.setattr(Batch, "sample", sample)
+    _exec(code, line)
+    # requests "a" and "b": seeds 1 and 2, prompt [1, 5, 9], no grammar; "b" leaves after 6 steps
+    ab = {c.params["seed"]: (c, ev) for c, ev in rows.values() if c.params["seed"] in (1, 2)}
+    assert sorted(ab) == [1, 2] and (len(ab[1][1]), len(ab[2][1])) == (8, 6)
+    for chain, events in ab.values():
+        oracle = O.OracleCommonChain(chain.n_vocab, **{k: chain.params[k] for k in O.COMMON_H_DEFAULTS})
+        for t in (1, 5, 9):
+            oracle.accept(t)
+        want = []
+        for x, _ in events:
+            want.append(oracle.sample(x))
+            oracle.accept(want[-1])
+        assert [t for _, t in events] == want
