@@ -20,7 +20,7 @@ import pytest
 
 from lmtail.errors import ParameterError
 from lmtail.sampling import DEFAULT_SEED, TokenLogprobs, common_chain, post_sampling_logprobs, server_logprobs
-from lmtail.serving import Batch, batch_logprobs, from_openai, from_vllm, openai_logprobs
+from lmtail.serving import OPENAI_PARAMS, Batch, batch_logprobs, from_openai, from_vllm, openai_logprobs
 
 N = 32000
 
@@ -186,6 +186,17 @@ def test_ignore_eos_bans_the_eog_ids():
         from_openai(N, vocab=vocab, ignore_eos=1)
 
 
+def test_bad_n_vocab_and_whole_bodies():
+    for bad in (0, -3, 2**31, 3.0, True, "32000"):
+        with pytest.raises(ParameterError, match="n_vocab"):
+            from_openai(bad, logit_bias={1: 1.0})
+        with pytest.raises(ParameterError, match="n_vocab"):
+            from_vllm(bad, {})
+    body = {"model": "m", "messages": [], "max_tokens": 8, "temperature": 0.5, "seed": 3}
+    c = from_openai(N, **{k: v for k, v in body.items() if k in OPENAI_PARAMS})
+    assert fields(c, "temp", "seed") == dict(temp=0.5, seed=3)
+
+
 def test_prompt_tokens_are_accepted_like_init_sampler():
     prompt = [5, 6, 5, 7]
     c = from_openai(N, presence_penalty=1.0, seed=3, prompt_tokens=prompt)
@@ -236,6 +247,7 @@ def test_vllm_greedy_is_argmax_after_penalties():
     (dict(presence_penalty=2.5), "presence_penalty"),
     (dict(logit_bias=[[1, 2.0]]), "dict"),
     (dict(temprature=1.0), "did you mean 'temperature'"),
+    ([("temperature", 1.0)], "SamplingParams or a mapping"),
     (dict(seed=2**40), "seed"),
 ])
 def test_vllm_errors(params, match):

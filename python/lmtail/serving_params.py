@@ -71,6 +71,7 @@ import difflib
 import math
 import numbers
 import re
+from collections.abc import Mapping
 from typing import Optional
 
 import numpy as np
@@ -208,6 +209,12 @@ def _unknown(name: str, known) -> ParameterError:
     return ParameterError(f"unknown sampling parameter {name!r}{hint}")
 
 
+def _n_vocab(n_vocab) -> int:
+    if isinstance(n_vocab, bool) or not isinstance(n_vocab, numbers.Integral) or not 0 < int(n_vocab) < 2**31:
+        raise ParameterError(f"n_vocab: expected an integer in [1, 2**31 - 1]; found {n_vocab!r}")
+    return int(n_vocab)
+
+
 def _tokens(prompt_tokens, n_vocab: int, what: str) -> list[int]:
     toks = np.asarray(prompt_tokens)
     if toks.ndim != 1 or (toks.size and toks.dtype.kind not in "iu"):
@@ -223,7 +230,8 @@ def from_openai(n_vocab: int, *, defaults: str = "llama-server", prompt_tokens=N
     """The chain llama-server builds for an OpenAI-style request's sampling parameters.
 
     ``params``: the request's sampling fields by their OpenAI or llama-server names (the table in
-    :mod:`lmtail.serving_params`); a None value is absent.  ``defaults``: ``"llama-server"``
+    :mod:`lmtail.serving_params`); a None value is absent.  To pass a whole request body, keep
+    its sampling fields: ``{k: v for k, v in body.items() if k in OPENAI_PARAMS}``.  ``defaults``: ``"llama-server"``
     (``common_params_sampling``: top_k 40, top_p 0.95, min_p 0.05, temperature 0.8) or
     ``"openai"`` (temperature 1, top_p 1, top_k and min_p off, ``logprobs: true`` alone returns
     no alternatives; everything else as llama-server).  ``prompt_tokens``: accepted into the
@@ -235,6 +243,7 @@ def from_openai(n_vocab: int, *, defaults: str = "llama-server", prompt_tokens=N
     reads them.  Raises :class:`~lmtail.ParameterError` for an unknown name (with a "did you mean"
     hint), a non-sampling request field, a wrong type or an out-of-range value.
     """
+    n_vocab = _n_vocab(n_vocab)
     if defaults not in ("llama-server", "openai"):
         raise ParameterError(f"defaults: expected 'llama-server' or 'openai'; found {defaults!r}")
     known = set(OPENAI_PARAMS)
@@ -261,7 +270,7 @@ def from_openai(n_vocab: int, *, defaults: str = "llama-server", prompt_tokens=N
     if "seed" in given:
         common["seed"] = _seed("seed", given["seed"])
     if "logit_bias" in given:
-        common["logit_bias"] = _logit_bias(given["logit_bias"], int(n_vocab))
+        common["logit_bias"] = _logit_bias(given["logit_bias"], n_vocab)
     if "dry_sequence_breakers" in given:
         br = given["dry_sequence_breakers"]
         if isinstance(br, str) or not isinstance(br, (list, tuple)) or not br or \
@@ -356,7 +365,8 @@ def from_vllm(n_vocab: int, params, *, prompt_tokens=None, stdlib: str = "libstd
       others, once per token seen; frequency subtracts ``count * f``, presence ``p``).  vLLM counts
       presence/frequency over the *generated* tokens and repetition over prompt *and* generated
       tokens: the chain holds two llama.cpp penalties samplers, the second over the tokens the
-      caller ``accept``\\ s (the generated ones), the first primed with ``prompt_tokens`` too.
+      caller ``accept``\\ s (the generated ones), the first primed with ``prompt_tokens`` too;
+      both over a window of 2**24 tokens (vLLM: every token; no request reaches it).
       With ``repetition_penalty != 1`` and no ``prompt_tokens`` this raises (the result would
       silently ignore the prompt; pass ``prompt_tokens=[]`` for a prompt-less request).
       ``chain.reset()`` clears the prompt from that history as well.
@@ -370,8 +380,13 @@ def from_vllm(n_vocab: int, params, *, prompt_tokens=None, stdlib: str = "libstd
       pre-sampling probabilities (:func:`batch_logprobs`); vLLM also always reports the sampled
       token, as these do.
     """
-    get = (lambda k, d: params.get(k, d)) if isinstance(params, dict) else (lambda k, d: getattr(params, k, d))
-    if isinstance(params, dict):
+    n_vocab = _n_vocab(n_vocab)
+    is_map = isinstance(params, Mapping)
+    if not is_map and not hasattr(params, "temperature"):
+        raise ParameterError(f"params: expected a vLLM SamplingParams or a mapping of its fields; "
+                             f"found {type(params).__name__}")
+    get = (lambda k, d: params.get(k, d)) if is_map else (lambda k, d: getattr(params, k, d))
+    if is_map:
         known = set(_VLLM_SAMPLING) | set(_VLLM_IGNORED) | set(_VLLM_REFUSED)
         for k in params:
             if k not in known:
@@ -402,9 +417,9 @@ def from_vllm(n_vocab: int, params, *, prompt_tokens=None, stdlib: str = "libstd
     bias = p["logit_bias"]
     if bias is not None and not isinstance(bias, dict):
         raise ParameterError(f"logit_bias: expected a {{token: bias}} dict; found {bias!r}")
-    biases = _logit_bias(bias, int(n_vocab))
+    biases = _logit_bias(bias, n_vocab)
     lp = p["logprobs"]
-    n_probs = 0 if lp is None else (int(n_vocab) if lp == -1 and not isinstance(lp, bool) else
+    n_probs = 0 if lp is None else (n_vocab if lp == -1 and not isinstance(lp, bool) else
                                     _int("logprobs", lp, 0, _I32_MAX))
     if rep != 1.0 and prompt_tokens is None:
         raise ParameterError("repetition_penalty: vLLM counts the prompt's tokens too; pass prompt_tokens "
