@@ -280,6 +280,34 @@ def test_routes_count_bytes_and_row_on_the_device():
         b.accept(tb)
 
 
+def _topk_ref(logits, k):
+    order = np.lexsort((np.arange(logits.shape[1])[None, :].repeat(len(logits), 0), -logits), axis=1)[:, :k]
+    return order.astype(np.uint32), np.take_along_axis(logits, order, 1)
+
+
+@pytest.mark.parametrize("softcap", [15.0, 0.0])
+def test_graph_replays_follow_shapes_masks_and_growth(softcap):
+    # Routes B and C from host rows replay one CUDA graph per (route, T, k, exclusion): a replay
+    # must read this call's rows and mask, and a buffer that grows (more rows, a larger k) must
+    # not leave a graph pointing at the freed one. Reference: route A (no graph) on the same head.
+    q = _weights("Q6_K", 2001, 512, seed=11)
+    g = np.random.default_rng(2).uniform(0.8, 1.2, 512).astype(np.float32)
+    head = lmtail.Head(q, g, logit_scale=0.5, softcap=softcap, dtype="Q6_K", backend="cuda")
+    rng = np.random.default_rng(5)
+    for T, k, excl in ((1, 5, None), (3, 40, [7]), (1, 5, [7, 9]), (9, 5, None), (2, 300, None), (1, 40, None),
+                       (9, 300, [1, 2, 3]), (3, 40, [7])):
+        h = (rng.standard_normal((T, 512)) * 3).astype(np.float32)
+        full = head.logits(h).copy()
+        masked = full.copy()
+        if excl:
+            masked[:, excl] = -np.inf
+        assert np.array_equal(head.greedy(h, exclude=excl), np.argmax(masked, axis=1))
+        assert np.array_equal(bits(head.row(T - 1)), bits(full[T - 1]))  # greedy left the capped rows
+        ids, vals = head.topk(h, k)
+        want_ids, want_vals = _topk_ref(full, k)
+        assert np.array_equal(ids, want_ids) and np.array_equal(bits(vals), bits(want_vals))
+
+
 def test_route_a_lands_in_pinned_memory_and_results_are_fresh():
     # Route A's D2H copy targets the calling thread's page-locked staging rows (the same rows call
     # after call); what the caller gets is a fresh array (or its out= buffer), never those rows,
