@@ -14,7 +14,7 @@ import inspect
 
 import pytest
 
-MODULES = ("lmtail", "lmtail.ops", "lmtail.sampling", "lmtail.grammar", "lmtail.speculative")
+MODULES = ("lmtail", "lmtail.ops", "lmtail.sampling", "lmtail.grammar", "lmtail.speculative", "lmtail.sharding")
 
 
 def _has_doc(obj) -> bool:

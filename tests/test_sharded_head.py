@@ -167,10 +167,12 @@ def _poison(q, r):
     q[r, 0:2] = np.frombuffer(np.float16(np.inf).tobytes(), np.uint8)  # +inf block scale: row r non-finite
 
 
+@pytest.mark.parametrize("threads", [None, 1], ids=["pool", "concurrent"])
 @pytest.mark.parametrize("method", ["greedy", "topk", "logits"])
-def test_nonfinite_on_one_shard_fails_closed(method):
+def test_nonfinite_on_one_shard_fails_closed(method, threads):
     q = weight("Q5_K").copy()
-    H, S, _ = pair("Q5_K", [0, 300, 700, ROWS], q=q)
+    H, S, _ = pair("Q5_K", [0, 300, 700, ROWS], q=q, threads=threads)
+    assert S._concurrent == (threads == 1)
     h_ok, h2 = hidden(3, 1), hidden(3, 2)
     call = {"greedy": lambda o, x: o.greedy(x), "topk": lambda o, x: o.topk(x, 12), "logits": lambda o, x: o.logits(x)}[method]
     call(S, h_ok)
@@ -264,8 +266,9 @@ def test_zero_copy_views_of_a_memory_mapped_weight(tmp_path):
     assert all(np.shares_memory(sh.weight, w16) for sh in S16.shards)
 
 
-def test_threads_have_their_own_rows():
-    H, S, _ = pair("Q8_0", SPLITS[3])
+@pytest.mark.parametrize("threads", [None, 1], ids=["pool", "concurrent"])
+def test_threads_have_their_own_rows(threads):
+    H, S, _ = pair("Q8_0", SPLITS[3], threads=threads)
     hs = [hidden(2, 20 + i) for i in range(4)]
     want = [H.logits(h).copy() for h in hs]
     errs = []
