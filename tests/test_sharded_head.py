@@ -523,3 +523,21 @@ def test_merge_topk_distributed_nccl(tmp_path):
         pytest.skip(f"NCCL merge needs >= 2 GPUs and NCCL; found {n} GPU(s)")
     for world in sorted({2, min(4, n)}):
         _run_ranks(world, 7, tmp_path, device="cuda")
+
+
+def test_torch_device_merge_errors():
+    torch = pytest.importorskip("torch", reason="PyTorch is optional (not installed in CI)")
+    from lmtail.sharding.distributed import _merge_packed, _pack
+
+    def packed(ids, vals, k):
+        return _pack(torch, torch.tensor([ids], dtype=torch.int64), torch.tensor([vals], dtype=torch.float32), k)
+
+    ok = packed([4], [1.0], 2)
+    with pytest.raises(ParameterError, match="only 1 candidates"):
+        _merge_packed(torch, ok, 2)
+    with pytest.raises(NonFiniteLogitsError):
+        _merge_packed(torch, torch.cat([ok, packed([5], [float("nan")], 2)], dim=1), 2)
+    with pytest.raises(ParameterError, match="two ranks"):
+        _merge_packed(torch, torch.cat([ok, packed([4], [2.0], 2)], dim=1), 2)
+    ids, vals = _merge_packed(torch, torch.cat([ok, packed([3], [-0.0], 2), packed([2], [0.0], 2)], dim=1), 3)
+    assert ids.tolist() == [[4, 2, 3]] and bits(vals.numpy()).tolist() == [[0x3F800000, 0, 0x80000000]]

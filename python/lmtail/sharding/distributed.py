@@ -64,15 +64,19 @@ def _merge_packed(torch, g, k: int):
     on g's device; the same order as merge_topk. Raises the same typed errors (on every rank)."""
     lo, vals = _unpack(torch, g)
     real = lo != _PAD
-    have = int(real.sum(dim=1).min()) if g.shape[0] else k
-    if have < k:
-        raise ParameterError(f"merge_topk_distributed: k={k} but a row has only {have} candidates over all ranks")
-    if not bool(torch.isfinite(vals[real]).all()):
-        raise NonFiniteLogitsError("merge_topk_distributed: a rank's candidate value is non-finite (its head did not fail closed)")
-    if bool((lo[real] >= 2**31).any()):
-        raise ParameterError("merge_topk_distributed: token ids must lie in [0, 2^31)")
     s = torch.sort(torch.where(real, lo, -1), dim=1).values
-    if bool(((s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)).any()):
+    # every check in one tensor: one device-to-host copy (one synchronisation) per call
+    flags = torch.stack([real.sum(dim=1).min(),
+                         (~torch.isfinite(vals) & real).any().to(torch.int64),
+                         ((lo >= 2**31) & real).any().to(torch.int64),
+                         ((s[:, 1:] == s[:, :-1]) & (s[:, 1:] >= 0)).any().to(torch.int64)]).tolist()
+    if flags[0] < k:
+        raise ParameterError(f"merge_topk_distributed: k={k} but a row has only {flags[0]} candidates over all ranks")
+    if flags[1]:
+        raise NonFiniteLogitsError("merge_topk_distributed: a rank's candidate value is non-finite (its head did not fail closed)")
+    if flags[2]:
+        raise ParameterError("merge_topk_distributed: token ids must lie in [0, 2^31)")
+    if flags[3]:
         raise ParameterError("merge_topk_distributed: a token id appears in two ranks' candidates (overlapping shards?)")
     keys = torch.where(real, _keys(torch, lo, vals), torch.iinfo(torch.int64).min)
     idx = torch.topk(keys, k, dim=1, largest=True, sorted=True).indices
