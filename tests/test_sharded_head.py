@@ -541,3 +541,29 @@ def test_torch_device_merge_errors():
         _merge_packed(torch, torch.cat([ok, packed([4], [2.0], 2)], dim=1), 2)
     ids, vals = _merge_packed(torch, torch.cat([ok, packed([3], [-0.0], 2), packed([2], [0.0], 2)], dim=1), 3)
     assert ids.tolist() == [[4, 2, 3]] and bits(vals.numpy()).tolist() == [[0x3F800000, 0, 0x80000000]]
+
+
+def test_from_gguf_memory_mapped(tmp_path):
+    from _gguf_util import f32, head_model
+
+    path, arrays = head_model(tmp_path / "m.gguf", "gemma2", rows=300, cols=512, head="tied",
+                              kv={"gemma2.final_logit_softcapping": f32(25.0)})
+    H = lmtail.Head.from_gguf(path)
+    S = lmtail.ShardedHead.from_gguf(path, shards=3)
+    assert S.splits == (0, 100, 200, 300) and (S.softcap, S.eog_ids, S.dtype) == (25.0, H.eog_ids, H.dtype)
+    import mmap
+
+    b = S.weight
+    while isinstance(b, np.ndarray) and b.base is not None:
+        b = b.base
+    assert isinstance(b, memoryview) and isinstance(b.obj, mmap.mmap)  # the file's mapping, not a copy
+    assert all(np.shares_memory(sh.weight, S.weight) for sh in S.shards)
+    h = (np.random.default_rng(3).standard_normal((2, 512)) * 4).astype(np.float32)
+    assert_same(H, S, h, ks=(1, 5))
+    assert np.array_equal(H.greedy(h, exclude=H.eog_ids), S.greedy(h, exclude=S.eog_ids))
+    S2 = lmtail.ShardedHead.from_gguf(path, splits=[0, 2, 300])
+    assert_same(H, S2, h, ks=(3,))
+    with pytest.raises(ParameterError, match="exactly one"):
+        lmtail.ShardedHead.from_gguf(path)
+    with pytest.raises(ParameterError, match="shards"):
+        lmtail.ShardedHead.from_gguf(path, shards=0)

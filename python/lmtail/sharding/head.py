@@ -119,6 +119,35 @@ class ShardedHead:
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._pool_lock = threading.Lock()
 
+    @classmethod
+    def from_gguf(cls, path, *, splits: Optional[Sequence[int]] = None, shards: Optional[int] = None,
+                  backends: Optional[Sequence[str]] = None, streams=None, logit_scale: Optional[float] = None,
+                  softcap: Optional[float] = None, threads: Optional[int] = None,
+                  precision: Optional[str] = None) -> "ShardedHead":
+        """A ShardedHead of a GGUF model's head, as :meth:`lmtail.Head.from_gguf` loads it (the
+        weights memory-mapped: every shard reads its rows of the mapping in place; norm, eps,
+        logit scale, soft cap and the EOG ids from the file). Give ``splits`` (row boundaries),
+        or ``shards`` (N) for N near-equal row ranges."""
+        import os
+
+        from ..gguf_model import load_head_spec
+
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise ParameterError(f"path: expected a str, bytes or os.PathLike; found {type(path).__name__}")
+        if (splits is None) == (shards is None):
+            raise ParameterError("ShardedHead.from_gguf: give exactly one of splits= (row boundaries) or shards= (N)")
+        spec = load_head_spec(os.fspath(path), logit_scale=logit_scale, softcap=softcap, allow_layer_norm=True)
+        if spec.norm_kind not in ("rms", "layer", "none"):  # pragma: no cover - loader contract
+            raise ParameterError(f"unsupported final norm {spec.norm_kind!r}")
+        if shards is not None:
+            if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or not 1 <= shards <= spec.rows:
+                raise ParameterError(f"shards: expected an integer in [1, {spec.rows}]; found {shards!r}")
+            splits = [spec.rows * i // int(shards) for i in range(int(shards) + 1)]
+        return cls(spec.weight, spec.norm, splits=splits, backends=backends, streams=streams, dtype=spec.dtype,
+                   logit_scale=spec.logit_scale, softcap=spec.softcap, eps=spec.eps, threads=threads,
+                   eog_ids=[i for i in spec.eog_ids if i < spec.rows],
+                   norm_kind="layer" if spec.norm_kind == "layer" else "rms", precision=precision)
+
     # ---- properties ----
     @property
     def shards(self) -> tuple:
