@@ -331,6 +331,8 @@ def test_bad_arguments_are_typed():
         S.row(2)
     with pytest.raises(ShapeError):
         S.logits(hidden(2), out=np.empty((2, ROWS - 1), np.float32))
+    with pytest.raises(lmtail.DTypeError):
+        S.logits(hidden(2), out=np.empty((2, ROWS), np.float64))
 
 
 # ---- the merge, as a pure function -------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import _backend
 from .._validate import float32_array, is_cuda_tensor, stream_arg, token_ids, weight_array
-from ..errors import BackendError, LmtailError, ParameterError, ShapeError, UnsupportedError
+from ..errors import BackendError, DTypeError, LmtailError, ParameterError, ShapeError, UnsupportedError
 from ..head import Head, _CallState
 from .merge import check_splits, greedy_trusted, merge_trusted
 
@@ -46,13 +46,16 @@ class ShardedHead:
     PyTorch / CuPy stream; default 0) so shards of one GPU overlap. Several GPUs in one process
     are not supported yet (a DeviceHead runs on the current device).
 
-    Each call runs every shard concurrently (shard 0 on the calling thread, the others on a pool
-    of N - 1 threads; the CPU kernels release the GIL), each producing only its local result with
-    global ids, and the host merges (:func:`lmtail.sharding.merge_topk`): ``greedy`` and ``topk``
-    equal the unsharded Head's, bytes included, ties across a boundary going to the lowest global
-    id. CPU threads: each shard uses ``threads`` (None: the core's pool, whose parallel regions
-    the shards' calls take turns in, so N shards never oversubscribe the machine; ``threads=1``
-    runs the N shards fully in parallel, one core each, for N close to the core count).
+    Each call runs every shard, each producing only its local result with global ids (greedy:
+    its best (id, value); top-k: its top min(k, its rows); whole rows only on request), and the
+    host merges (:func:`lmtail.sharding.merge_topk`): ``greedy`` and ``topk`` equal the unsharded
+    Head's, bytes included, ties across a boundary going to the lowest global id. Concurrency:
+    device shards, and CPU shards with ``threads=1`` (one core each, fully parallel: for N close
+    to the core count), run concurrently (shard 0 on the calling thread, the others on N - 1
+    worker threads; the kernels release the GIL). CPU shards on the core's thread pool
+    (``threads`` None or > 1) run one after the other on the calling thread: their parallel
+    regions would take turns in the one pool anyway, each using every core, so N shards never
+    oversubscribe the machine and pay no thread handoff.
 
     Fail closed, all or nothing: if any shard raises (a non-finite logit on one shard, a
     non-finite hidden value), the call raises that error (the lowest failing shard's, its
@@ -392,7 +395,8 @@ class ShardedHead:
         T = self._T(h2)
         if out is not None:
             if not isinstance(out, np.ndarray) or out.dtype != np.float32:
-                raise ParameterError(f"out: expected a float32 numpy array of shape ({T}, {self._rows})")
+                found = out.dtype if isinstance(out, np.ndarray) else type(out).__name__
+                raise DTypeError(f"out: expected a float32 numpy array of shape ({T}, {self._rows}); found {found}")
             if out.shape != (T, self._rows) and not (T == 1 and out.shape == (self._rows,)):
                 raise ShapeError(f"out: expected shape ({T}, {self._rows}); found {out.shape}")
             if not (out.flags.c_contiguous and out.flags.writeable):
