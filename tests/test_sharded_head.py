@@ -319,6 +319,8 @@ def test_bad_arguments_are_typed():
         mk(splits=[0, 5, ROWS], streams=[0])
     with pytest.raises(lmtail.UnsupportedError):
         mk(splits=[0, 5, ROWS], streams=[0, 12345])
+    with pytest.raises(lmtail.UnsupportedError, match="ggml"):
+        mk(splits=[0, 5, ROWS], precision="ggml")
     with pytest.raises(ParameterError, match="eog_ids"):
         mk(splits=[0, ROWS], eog_ids=[ROWS])
     S = mk(splits=[0, 5, ROWS])

@@ -72,6 +72,12 @@ class ShardedHead:
         unknown = sorted(set(head_kwargs) - set(_PASSED) - {"eog_ids"})
         if unknown:
             raise ParameterError(f"ShardedHead: unknown keyword argument(s) {unknown}; Head's are {list(_PASSED) + ['eog_ids']}")
+        if head_kwargs.get("precision") == "ggml":
+            # ggml's mul_mat picks its path by the matrix shape (measured: F16 at T = 8 gives other
+            # bytes on a 3-row slice than on the whole head): a shard would not give the head's bytes.
+            raise UnsupportedError("ShardedHead: precision='ggml' is not row-slice invariant (ggml's mul_mat path "
+                                   "depends on the matrix shape), so shards could not equal the whole head; use "
+                                   "the type's default precision (batch and slice invariant)")
         if isinstance(backends, (list, tuple)):
             for b in backends:
                 if not isinstance(b, str):
