@@ -15,7 +15,7 @@ import inspect
 import pytest
 
 MODULES = ("lmtail", "lmtail.ops", "lmtail.sampling", "lmtail.grammar", "lmtail.speculative", "lmtail.serving",
-           "lmtail.serving_params")
+           "lmtail.serving_params", "lmtail.sharding")
 
 
 def _has_doc(obj) -> bool:

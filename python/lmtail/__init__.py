@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os as _os
 
-from . import ops, serving, speculative
+from . import ops, serving, sharding, speculative
 from ._backend import backends
 from ._backend import capabilities as _capabilities
 from .errors import (
@@ -26,6 +26,7 @@ from .errors import (
 )
 from .grammar import Grammar, GrammarMatcher, Vocab
 from .head import Head
+from .sharding import ShardedHead
 from .quant import dequantize, dequantize_q5_k, quantize, quantize_q5_k
 
 
@@ -69,7 +70,9 @@ def include_dir() -> str:
 
 __all__ = [
     "Head",
+    "ShardedHead",
     "ops",
+    "sharding",
     "speculative",
     "backends",
     "capabilities",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -62,9 +63,12 @@ def _norm_overflow(h2: np.ndarray) -> Optional[str]:
             f"{float(np.max(np.abs(h2[t]))):g}); the row would normalise to all zeros")
 
 
-class _ThreadState(threading.local):
+class _CallState:
     """What one thread's calls on one Head own: staging rows (the capped logits of its last
-    compute, which ``row(t)`` reads), the normalised hidden rows, and its last timings/bytes."""
+    compute, which ``row(t)`` reads), the normalised hidden rows, and its last timings/bytes.
+
+    A plain object, so a :class:`lmtail.ShardedHead` can hold several per shard and caller
+    (compute into one, publish by swapping) and hand one to a worker thread (``Head._using``)."""
 
     def __init__(self) -> None:
         self.staging: Optional[np.ndarray] = None
@@ -73,6 +77,10 @@ class _ThreadState(threading.local):
         self.device_gen = -1
         self.timings: dict = {}
         self.last_bytes = 0
+
+
+class _ThreadState(_CallState, threading.local):
+    """The calling thread's own _CallState (one per thread and Head)."""
 
 
 class Head:
@@ -184,6 +192,8 @@ class Head:
         self._count_lock = threading.Lock()
         self._device_gen = 0  # bumped by every device tail: row(t) checks its rows are still there
         self._tls = _ThreadState()
+        # A worker thread computing for another thread's state (ShardedHead): set by _using.
+        self._bound = threading.local()
         self._bytes_total = 0
         self.path: Optional[str] = None
         self._grow(self._tls, self._max_tokens)  # the constructing thread's buffers: fail here, typed
@@ -311,7 +321,7 @@ class Head:
     @property
     def last_timings(self) -> dict:
         """Seconds per stage ("norm", "head", "cap", "select") of the calling thread's last call."""
-        return dict(self._tls.timings)
+        return dict(self._cur().timings)
 
     @property
     def bytes_read_back(self) -> int:
@@ -323,7 +333,7 @@ class Head:
     @property
     def last_bytes_read_back(self) -> int:
         """Bytes handed back by the calling thread's last call (see ``bytes_read_back``)."""
-        return self._tls.last_bytes
+        return self._cur().last_bytes
 
     # ---- buffers ----
     def _stream(self, stream) -> int:
@@ -339,7 +349,7 @@ class Head:
             return self._impl.pinned_empty(T, self._rows)
         return np.empty((T, self._rows), dtype=np.float32)
 
-    def _grow(self, st: _ThreadState, T: int) -> None:
+    def _grow(self, st: _CallState, T: int) -> None:
         """Give this thread's state room for T rows: allocate everything first, then swap, so a
         failed allocation leaves the old buffers (and the Head) as they were."""
         cap = max(T, self._max_tokens)
@@ -360,13 +370,28 @@ class Head:
         st.staging, st.normed = staging, normed
         st.computed_T = 0
 
-    def _state(self, T: int) -> _ThreadState:
-        st = self._tls
+    def _cur(self) -> _CallState:
+        """The state this thread's calls use: its own, or the one a ShardedHead bound (_using)."""
+        st = getattr(self._bound, "st", None)
+        return self._tls if st is None else st
+
+    @contextlib.contextmanager
+    def _using(self, st: _CallState):
+        """Run this thread's calls on ``st`` (staging rows, timings, last bytes) instead of the
+        thread's own: a ShardedHead computes each shard into a state of its caller, on a worker."""
+        self._bound.st = st
+        try:
+            yield
+        finally:
+            self._bound.st = None
+
+    def _state(self, T: int) -> _CallState:
+        st = self._cur()
         if st.staging is None or st.staging.shape[0] < T:
             self._grow(st, T)
         return st
 
-    def _count(self, st: _ThreadState, nbytes: int) -> None:
+    def _count(self, st: _CallState, nbytes: int) -> None:
         st.last_bytes = int(nbytes)
         with self._count_lock:
             self._bytes_total += int(nbytes)
@@ -657,7 +682,7 @@ class Head:
         :class:`lmtail.ParameterError` if this thread's last compute failed or had no row t, or
         (cuda, whose logits stay on the device) if another thread's call has replaced them since.
         """
-        st = self._tls
+        st = self._cur()
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 0 <= int(t) < st.computed_T:
             raise ParameterError(f"row: expected a row index in [0, {st.computed_T}) of this thread's last "
                                  f"successful compute; found {t!r}")
