@@ -428,7 +428,7 @@ class Head:
         return out
 
     # ---- the non-CPU paths (metal-emu, metal, cuda): the ops one by one ----
-    def _device_tail(self, st: _ThreadState, h2, check_latch: bool = True) -> None:
+    def _device_tail(self, st: _CallState, h2, check_latch: bool = True) -> None:
         t0 = time.perf_counter()
         st.computed_T = 0
         self._device_gen += 1
@@ -443,7 +443,7 @@ class Head:
         st.device_gen = self._device_gen
         st.timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
 
-    def _device_call(self, st: _ThreadState, h2: np.ndarray, run) -> None:
+    def _device_call(self, st: _CallState, h2: np.ndarray, run) -> None:
         """A device route that runs the tail and its selection in one call (``run()`` returns
         False when the pre-cap latch fired; greedy latches in its ids); ``_device_tail``'s bookkeeping."""
         t0 = time.perf_counter()
@@ -457,7 +457,7 @@ class Head:
         # one replay: the stages are not timed apart
         st.timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0, "select": 0.0}
 
-    def _ops_tail(self, st: _ThreadState, h2: np.ndarray) -> np.ndarray:
+    def _ops_tail(self, st: _CallState, h2: np.ndarray) -> np.ndarray:
         """Norm -> head -> scale -> cap into the thread's staging rows; fail closed."""
         st.computed_T = 0  # a failure below leaves no row for row(t) to hand out
         T = h2.shape[0]
@@ -493,7 +493,7 @@ class Head:
         return logits
 
     @staticmethod
-    def _cpu_timings(st: _ThreadState, t: tuple, select: bool) -> None:
+    def _cpu_timings(st: _CallState, t: tuple, select: bool) -> None:
         st.timings = {"norm": t[0], "head": t[1], "cap": t[2]}
         if select:
             st.timings["select"] = t[3]
@@ -564,7 +564,7 @@ class Head:
             self._count(st, self._device.bytes_read_back - before)
             return res
 
-    def _ops_tail_device(self, st: _ThreadState, h2) -> None:
+    def _ops_tail_device(self, st: _CallState, h2) -> None:
         """The device tail with its logits left on the device; fail closed on the capped logits
         with the latch (4 bytes per row) instead of reading them back."""
         T = h2.shape[0]
