@@ -56,46 +56,36 @@ __device__ __forceinline__ void bytes_to_q(uint32_t w0, uint32_t w1, float (&q)[
 __device__ __forceinline__ float f16_at(uint32_t w, int hi) {
     return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xFFFFu)));
 }
-
-// Where a lane's weight bytes come from: global memory (the float types, read in place) or the
-// warp's shared-memory stage (the quantised types, copied there by cp.async; see mul_mv).
-struct GlobalMem {
-    template <class V>
-    static __device__ __forceinline__ V ld(const uint8_t *p) { return __ldg(reinterpret_cast<const V *>(p)); }
-};
-struct SharedMem {
-    template <class V>
-    static __device__ __forceinline__ V ld(const uint8_t *p) { return *reinterpret_cast<const V *>(p); }
-};
 // 8 bytes at a 2-byte aligned address (Q6_K, Q8_0 and Q4_0 blocks are 210, 34 and 18 bytes).
-template <class M>
 __device__ __forceinline__ uint2 ld8_a2(const uint8_t *p) {
+    const unsigned short *h = reinterpret_cast<const unsigned short *>(p);
     uint2 r;
-    r.x = (uint32_t)M::template ld<unsigned short>(p) | ((uint32_t)M::template ld<unsigned short>(p + 2) << 16);
-    r.y = (uint32_t)M::template ld<unsigned short>(p + 4) | ((uint32_t)M::template ld<unsigned short>(p + 6) << 16);
+    r.x = (uint32_t)__ldg(h) | ((uint32_t)__ldg(h + 1) << 16);
+    r.y = (uint32_t)__ldg(h + 2) | ((uint32_t)__ldg(h + 3) << 16);
     return r;
 }
-template <class M>
 __device__ __forceinline__ uint32_t ld2_a2(const uint8_t *p) {
-    return (uint32_t)M::template ld<unsigned short>(p);
+    return (uint32_t)__ldg(reinterpret_cast<const unsigned short *>(p));
 }
 
-// ---- the types: Raw (what a lane reads for one row and step), load, decode ---------------------
-// kStepBytes: a row's bytes per step of 256 columns. load<M>(b, L, r) reads lane L's bytes of the
-// step starting at b (global or shared memory, same offsets, same alignment); decode gives the 8 q
-// (exact) and the chunk's scale (and min for the K4/K5 pair). kStaged: the bytes go through the
-// warp's shared-memory ring (see mul_mv).
+// Steps per chunk for the quantised types (see mul_mv); performance only, 1 measured best.
+#ifndef LMT_MV_AHEAD
+#define LMT_MV_AHEAD 1
+#endif
+
+// ---- the types: Raw (what a lane loads for one row and step), load, decode ----------------------
+// decode gives the 8 q (exact) and the chunk's scale (and min for the K4/K5 pair).
 
 struct TypeQ5K {
-    static constexpr bool kStaged = true, kMin = true, kScaled = true;
-    static constexpr int kStepBytes = LMT_Q5K_BLOCK_BYTES;
+    static constexpr int kAhead = LMT_MV_AHEAD;
+    static constexpr bool kMin = true, kScaled = true;
     struct Raw { uint4 hd; uint2 qs, qh; };
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        const uint8_t *b = row + (size_t)s * LMT_Q5K_BLOCK_BYTES;
         const int j = L >> 2, g = j >> 1, k = L & 3;
-        r.hd = M::template ld<uint4>(b);
-        r.qh = M::template ld<uint2>(b + 16 + 8 * k);
-        r.qs = M::template ld<uint2>(b + 48 + 32 * g + 8 * k);
+        r.hd = __ldg(reinterpret_cast<const uint4 *>(b));
+        r.qh = __ldg(reinterpret_cast<const uint2 *>(b + 16 + 8 * k));
+        r.qs = __ldg(reinterpret_cast<const uint2 *>(b + 48 + 32 * g + 8 * k));
     }
     static __device__ __forceinline__ void scale_min(const uint4 hd, int j, float &scale, float &mn) {
         const int jj = j & 3;
@@ -118,14 +108,14 @@ struct TypeQ5K {
 };
 
 struct TypeQ4K {
-    static constexpr bool kStaged = true, kMin = true, kScaled = true;
-    static constexpr int kStepBytes = LMT_Q4K_BLOCK_BYTES;
+    static constexpr int kAhead = LMT_MV_AHEAD;
+    static constexpr bool kMin = true, kScaled = true;
     struct Raw { uint4 hd; uint2 qs; };
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        const uint8_t *b = row + (size_t)s * LMT_Q4K_BLOCK_BYTES;
         const int j = L >> 2, g = j >> 1, k = L & 3;
-        r.hd = M::template ld<uint4>(b);
-        r.qs = M::template ld<uint2>(b + 16 + 32 * g + 8 * k);
+        r.hd = __ldg(reinterpret_cast<const uint4 *>(b));
+        r.qs = __ldg(reinterpret_cast<const uint2 *>(b + 16 + 32 * g + 8 * k));
     }
     static __device__ __forceinline__ void decode(const Raw &r, int L, float (&q)[8], float &scale, float &mn) {
         const int j = L >> 2, up = j & 1;
@@ -135,15 +125,15 @@ struct TypeQ4K {
 };
 
 struct TypeQ6K {
-    static constexpr bool kStaged = true, kMin = false, kScaled = true;
-    static constexpr int kStepBytes = LMT_Q6K_BLOCK_BYTES;
+    static constexpr int kAhead = LMT_MV_AHEAD;
+    static constexpr bool kMin = false, kScaled = true;
     struct Raw { uint2 ql, qh; uint32_t sd; };  // sd: int8 scale (low byte), f16 d (high half)
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) {
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        const uint8_t *b = row + (size_t)s * LMT_Q6K_BLOCK_BYTES;
         const int h = L >> 4, quarter = (L >> 2) & 3, l = 8 * (L & 3);
-        r.ql = ld8_a2<M>(b + 64 * h + 32 * (quarter & 1) + l);
-        r.qh = ld8_a2<M>(b + 128 + 32 * h + l);
-        r.sd = (uint32_t)M::template ld<uint8_t>(b + 192 + (L >> 1)) | (ld2_a2<M>(b + 208) << 16);  // scales[L / 2], d
+        r.ql = ld8_a2(b + 64 * h + 32 * (quarter & 1) + l);
+        r.qh = ld8_a2(b + 128 + 32 * h + l);
+        r.sd = (uint32_t)__ldg(b + 192 + (L >> 1)) | (ld2_a2(b + 208) << 16);  // scales[L / 2], d
     }
     static __device__ __forceinline__ void decode(const Raw &r, int L, float (&q)[8], float &scale, float &mn) {
         const int quarter = (L >> 2) & 3, ns = 4 * (quarter >> 1), hs = 2 * quarter;
@@ -156,14 +146,13 @@ struct TypeQ6K {
 };
 
 struct TypeQ8_0 {
-    static constexpr bool kStaged = true, kMin = false, kScaled = true;
-    static constexpr int kStepBytes = 8 * LMT_Q8_0_BLOCK_BYTES;
+    static constexpr int kAhead = LMT_MV_AHEAD;
+    static constexpr bool kMin = false, kScaled = true;
     struct Raw { uint2 qs; uint32_t d; };
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) {
-        b += (L >> 2) * LMT_Q8_0_BLOCK_BYTES;
-        r.qs = ld8_a2<M>(b + 2 + 8 * (L & 3));
-        r.d = ld2_a2<M>(b);
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        const uint8_t *b = row + (size_t)(8 * s + (L >> 2)) * LMT_Q8_0_BLOCK_BYTES;
+        r.qs = ld8_a2(b + 2 + 8 * (L & 3));
+        r.d = ld2_a2(b);
     }
     static __device__ __forceinline__ void decode(const Raw &r, int, float (&q)[8], float &scale, float &mn) {
         bytes_to_q<128>(r.qs.x ^ 0x80808080u, r.qs.y ^ 0x80808080u, q);  // int8 + 128 as a byte
@@ -173,14 +162,13 @@ struct TypeQ8_0 {
 };
 
 struct TypeQ4_0 {
-    static constexpr bool kStaged = true, kMin = false, kScaled = true;
-    static constexpr int kStepBytes = 8 * LMT_Q4_0_BLOCK_BYTES;
+    static constexpr int kAhead = LMT_MV_AHEAD;
+    static constexpr bool kMin = false, kScaled = true;
     struct Raw { uint2 qs; uint32_t d; };
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) {
-        b += (L >> 2) * LMT_Q4_0_BLOCK_BYTES;
-        r.qs = ld8_a2<M>(b + 2 + 8 * (L & 1));  // weights 8k.. : low nibbles (k < 2), high (k >= 2)
-        r.d = ld2_a2<M>(b);
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        const uint8_t *b = row + (size_t)(8 * s + (L >> 2)) * LMT_Q4_0_BLOCK_BYTES;
+        r.qs = ld8_a2(b + 2 + 8 * (L & 1));  // weights 8k.. : low nibbles (k < 2), high (k >= 2)
+        r.d = ld2_a2(b);
     }
     static __device__ __forceinline__ void decode(const Raw &r, int L, float (&q)[8], float &scale, float &mn) {
         const int ns = 4 * ((L >> 1) & 1);
@@ -191,11 +179,12 @@ struct TypeQ4_0 {
 };
 
 struct TypeF16 {
-    static constexpr bool kStaged = false, kMin = false, kScaled = false;
-    static constexpr int kStepBytes = 2 * 256;
+    static constexpr int kAhead = 1;
+    static constexpr bool kMin = false, kScaled = false;
     struct Raw { uint4 v; };
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) { r.v = M::template ld<uint4>(b + 16 * L); }
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        r.v = __ldg(reinterpret_cast<const uint4 *>(row + 2 * ((size_t)s * 256 + 8 * L)));
+    }
     static __device__ __forceinline__ void decode(const Raw &r, int, float (&q)[8], float &scale, float &mn) {
         const uint32_t w[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
 #pragma unroll
@@ -209,11 +198,12 @@ struct TypeF16 {
 };
 
 struct TypeBF16 {
-    static constexpr bool kStaged = false, kMin = false, kScaled = false;
-    static constexpr int kStepBytes = 2 * 256;
+    static constexpr int kAhead = 1;
+    static constexpr bool kMin = false, kScaled = false;
     struct Raw { uint4 v; };
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) { r.v = M::template ld<uint4>(b + 16 * L); }
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        r.v = __ldg(reinterpret_cast<const uint4 *>(row + 2 * ((size_t)s * 256 + 8 * L)));
+    }
     static __device__ __forceinline__ void decode(const Raw &r, int, float (&q)[8], float &scale, float &mn) {
         const uint32_t w[4] = {r.v.x, r.v.y, r.v.z, r.v.w};
 #pragma unroll
@@ -227,13 +217,13 @@ struct TypeBF16 {
 };
 
 struct TypeF32 {
-    static constexpr bool kStaged = false, kMin = false, kScaled = false;
-    static constexpr int kStepBytes = 4 * 256;
+    static constexpr int kAhead = 1;
+    static constexpr bool kMin = false, kScaled = false;
     struct Raw { float4 a, b; };
-    template <class M>
-    static __device__ __forceinline__ void load(const uint8_t *b, int L, Raw &r) {
-        r.a = M::template ld<float4>(b + 32 * L);
-        r.b = M::template ld<float4>(b + 32 * L + 16);
+    static __device__ __forceinline__ void load(const uint8_t *row, int s, int L, Raw &r) {
+        const float4 *p = reinterpret_cast<const float4 *>(row + 4 * ((size_t)s * 256 + 8 * L));
+        r.a = __ldg(p);
+        r.b = __ldg(p + 1);
     }
     static __device__ __forceinline__ void decode(const Raw &r, int, float (&q)[8], float &scale, float &mn) {
         q[0] = r.a.x; q[1] = r.a.y; q[2] = r.a.z; q[3] = r.a.w;
@@ -254,37 +244,8 @@ struct TypeF32 {
 constexpr int kWarps = LMT_MV_WARPS;  // warps per CTA
 constexpr int kRows = LMT_MV_ROWS;    // rows per warp (R)
 
-// cp.async of the 16 bytes at `src` (16-byte aligned) into shared memory, of which only the first
-// `n` (1..16) are read from global memory and the rest zero-filled: a row's last chunk never reads
-// past the row's bytes. .cg: the weights are streamed once, L2 only.
-__device__ __forceinline__ void cp_async16(uint8_t *dst, const uint8_t *src, int n) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-// Shared-memory ring of the quantised types: kStages steps per warp, each the R rows' bytes of one
-// step (a row's step rounded out to 16-byte chunks: kStepBytes + 15 rounded up to 16).
-#ifndef LMT_MV_STAGES
-#define LMT_MV_STAGES 4
-#endif
-constexpr int kStages = LMT_MV_STAGES;
-template <class Ty>
-__host__ __device__ constexpr int stage_row_bytes() { return (Ty::kStepBytes + 15 + 15) / 16 * 16; }
-template <class Ty, int R>
-constexpr int staged_smem_bytes() { return Ty::kStaged ? kWarps * kStages * R * stage_row_bytes<Ty>() : 0; }
-
 // The matvec. Warp w of CTA b computes rows [R (4 b + w), +R) for the TG tokens at x (T <= TG of
 // them live); lane L owns columns 256 s + 8 L .. + 8 of each step s. See the file comment.
-// The weight bytes reach the lanes in one of two ways (the arithmetic is the same):
-// * quantised types (kStaged): the warp copies each step's R row slices (contiguous, at most
-//   kStepBytes each) into its shared-memory ring with coalesced 16-byte cp.async, kStages - 1 steps
-//   ahead, and the lanes read their bytes from there. The lanes' own layout reads 8 scattered
-//   bytes per row from 210/34/18-byte blocks, which from global memory kept too few bytes in flight.
-// * floats: each lane's 16/32 contiguous bytes straight from global memory, one step ahead in
-//   registers (already at the copy bandwidth).
 template <class Ty, int TG, int R>
 __global__ void __launch_bounds__(kWarps * 32) mul_mv(const uint8_t *__restrict__ w, size_t row_stride, int rows,
                                                       int cols, const float *__restrict__ x, int T,
@@ -302,101 +263,74 @@ __global__ void __launch_bounds__(kWarps * 32) mul_mv(const uint8_t *__restrict_
 #pragma unroll
         for (int t = 0; t < TG; ++t) acc[r][t] = 0.0f;
 
-    // One step s for every row and token of the warp, the lane's weight bytes at wb[r].
-    auto apply_step = [&](int s, const typename Ty::Raw (&raw)[R]) {
-        const int c0 = 256 * s + 8 * L;
-        if (c0 >= cols) return;
-        float xv[TG][8];
+    // Steps go in chunks of A: chunk c + 1's bytes (A steps x R rows per lane) are in flight while
+    // chunk c is decoded and applied. A = 1 for every type: A = 2 or 4 for the quantised types
+    // (more bytes in flight) measured slower, the extra registers cost more occupancy than the
+    // loads gained (docs/NOTES.md).
+    constexpr int A = Ty::kAhead;
+    const int chunks = (steps + A - 1) / A;
+    typename Ty::Raw cur[A][R], nxt[A][R];
+    auto load_chunk = [&](int ch, typename Ty::Raw (&buf)[A][R]) {
 #pragma unroll
-        for (int t = 0; t < TG; ++t) {
-            if (t < T) {
-                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * cols + c0);
-                const float4 u = __ldg(xp), v = __ldg(xp + 1);
-                xv[t][0] = u.x; xv[t][1] = u.y; xv[t][2] = u.z; xv[t][3] = u.w;
-                xv[t][4] = v.x; xv[t][5] = v.y; xv[t][6] = v.z; xv[t][7] = v.w;
-            } else {
+        for (int a = 0; a < A; ++a) {
+            const int st = ch * A + a;
+            if (st < steps && 256 * st + 8 * L < cols) {
 #pragma unroll
-                for (int i = 0; i < 8; ++i) xv[t][i] = 0.0f;
-            }
-        }
-        float xs[TG];
-        if (Ty::kMin) {
-#pragma unroll
-            for (int t = 0; t < TG; ++t) {
-                float u = xv[t][0];
-#pragma unroll
-                for (int i = 1; i < 8; ++i) u = __fadd_rn(u, xv[t][i]);
-                xs[t] = u;
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            float q[8], scale, mn;
-            Ty::decode(raw[r], L, q, scale, mn);
-#pragma unroll
-            for (int t = 0; t < TG; ++t) {
-                float S = __fmul_rn(q[0], xv[t][0]);
-#pragma unroll
-                for (int i = 1; i < 8; ++i) S = fmaf(q[i], xv[t][i], S);
-                float p = S;
-                if (Ty::kMin) p = fmaf(scale, S, -__fmul_rn(mn, xs[t]));
-                else if (Ty::kScaled) p = __fmul_rn(scale, S);
-                acc[r][t] = __fadd_rn(acc[r][t], p);
+                for (int r = 0; r < R; ++r) Ty::load(rp[r], st, L, buf[a][r]);
             }
         }
     };
-
-    if constexpr (Ty::kStaged) {
-        extern __shared__ __align__(16) uint8_t smem[];
-        constexpr int SR = stage_row_bytes<Ty>();
-        uint8_t *ring = smem + (threadIdx.x >> 5) * (kStages * R * SR);
-        // Issue step st's copies (an empty group past the end keeps the group count uniform).
-        auto issue = [&](int st) {
-            if (st < steps) {
-                uint8_t *dst = ring + (st % kStages) * (R * SR);
-                const int nb = (cols - 256 * st >= 256 ? 256 : cols - 256 * st) * Ty::kStepBytes / 256;
+    load_chunk(0, cur);
+    for (int ch = 0; ch < chunks; ++ch) {
+        if (ch + 1 < chunks) load_chunk(ch + 1, nxt);
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const uint8_t *a = rp[r] + (size_t)st * Ty::kStepBytes;
-                    const uint8_t *lo = reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(a) & ~(uintptr_t)15);
-                    const int span = (int)(a + nb - lo);  // bytes from the aligned start to the slice end
-                    for (int c = L; 16 * c < span; c += 32)
-                        cp_async16(dst + r * SR + 16 * c, lo + 16 * c, span - 16 * c < 16 ? span - 16 * c : 16);
+        for (int a = 0; a < A; ++a) {
+            const int s = ch * A + a;
+            const int c0 = 256 * s + 8 * L;
+            if (s >= steps || c0 >= cols) continue;
+            float xv[TG][8];
+#pragma unroll
+            for (int t = 0; t < TG; ++t) {
+                if (t < T) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * cols + c0);
+                    const float4 u = __ldg(xp), v = __ldg(xp + 1);
+                    xv[t][0] = u.x; xv[t][1] = u.y; xv[t][2] = u.z; xv[t][3] = u.w;
+                    xv[t][4] = v.x; xv[t][5] = v.y; xv[t][6] = v.z; xv[t][7] = v.w;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) xv[t][i] = 0.0f;
                 }
             }
-            cp_async_commit();
-        };
+            float xs[TG];
+            if (Ty::kMin) {
 #pragma unroll
-        for (int i = 0; i < kStages - 1; ++i) issue(i);
-        for (int s = 0; s < steps; ++s) {
-            issue(s + kStages - 1);  // into the stage step s - 1 used (the warp left it below)
-            cp_async_wait<kStages - 1>();
-            __syncwarp();
-            const uint8_t *stg = ring + (s % kStages) * (R * SR);
-            typename Ty::Raw raw[R];
+                for (int t = 0; t < TG; ++t) {
+                    float u = xv[t][0];
+#pragma unroll
+                    for (int i = 1; i < 8; ++i) u = __fadd_rn(u, xv[t][i]);
+                    xs[t] = u;
+                }
+            }
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const uintptr_t a = reinterpret_cast<uintptr_t>(rp[r] + (size_t)s * Ty::kStepBytes);
-                if (256 * s + 8 * L < cols) Ty::template load<SharedMem>(stg + r * SR + (a & 15), L, raw[r]);
-            }
-            apply_step(s, raw);
-            __syncwarp();
-        }
-    } else {
-        typename Ty::Raw cur[R], nxt[R];
-        auto load_step = [&](int st, typename Ty::Raw (&buf)[R]) {
-            if (st < steps && 256 * st + 8 * L < cols) {
+                float q[8], scale, mn;
+                Ty::decode(cur[a][r], L, q, scale, mn);
 #pragma unroll
-                for (int r = 0; r < R; ++r) Ty::template load<GlobalMem>(rp[r] + (size_t)st * Ty::kStepBytes, L, buf[r]);
-            }
-        };
-        load_step(0, cur);
-        for (int s = 0; s < steps; ++s) {
-            if (s + 1 < steps) load_step(s + 1, nxt);
-            apply_step(s, cur);
+                for (int t = 0; t < TG; ++t) {
+                    float S = __fmul_rn(q[0], xv[t][0]);
 #pragma unroll
-            for (int r = 0; r < R; ++r) cur[r] = nxt[r];
+                    for (int i = 1; i < 8; ++i) S = fmaf(q[i], xv[t][i], S);
+                    float p = S;
+                    if (Ty::kMin) p = fmaf(scale, S, -__fmul_rn(mn, xs[t]));
+                    else if (Ty::kScaled) p = __fmul_rn(scale, S);
+                    acc[r][t] = __fadd_rn(acc[r][t], p);
+                }
+            }
         }
+#pragma unroll
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+            for (int r = 0; r < R; ++r) cur[a][r] = nxt[a][r];
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -417,11 +351,10 @@ void launch_type(const uint8_t *w, size_t row_stride, int rows, int cols, const 
         const int n = T - t0 < 8 ? T - t0 : 8;
         const float *xs = x + (size_t)t0 * cols;
         float *ys = y + (size_t)t0 * rows;
-        constexpr int sm = staged_smem_bytes<Ty, kRows>();
-        if (n == 1) mul_mv<Ty, 1, kRows><<<grid, block, sm, st>>>(w, row_stride, rows, cols, xs, n, ys);
-        else if (n == 2) mul_mv<Ty, 2, kRows><<<grid, block, sm, st>>>(w, row_stride, rows, cols, xs, n, ys);
-        else if (n <= 4) mul_mv<Ty, 4, kRows><<<grid, block, sm, st>>>(w, row_stride, rows, cols, xs, n, ys);
-        else mul_mv<Ty, 8, kRows><<<grid, block, sm, st>>>(w, row_stride, rows, cols, xs, n, ys);
+        if (n == 1) mul_mv<Ty, 1, kRows><<<grid, block, 0, st>>>(w, row_stride, rows, cols, xs, n, ys);
+        else if (n == 2) mul_mv<Ty, 2, kRows><<<grid, block, 0, st>>>(w, row_stride, rows, cols, xs, n, ys);
+        else if (n <= 4) mul_mv<Ty, 4, kRows><<<grid, block, 0, st>>>(w, row_stride, rows, cols, xs, n, ys);
+        else mul_mv<Ty, 8, kRows><<<grid, block, 0, st>>>(w, row_stride, rows, cols, xs, n, ys);
     }
 }
 
