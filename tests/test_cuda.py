@@ -308,6 +308,41 @@ def test_graph_replays_follow_shapes_masks_and_growth(softcap):
         assert np.array_equal(ids, want_ids) and np.array_equal(bits(vals), bits(want_vals))
 
 
+def test_heads_on_concurrent_streams_select_like_alone():
+    # The selection kernels count arriving blocks in device globals: heads used from two threads on
+    # two streams must still give what each gives alone (lmt::cuda::selection_lock serialises them).
+    torch = pytest.importorskip("torch", reason="needs PyTorch for two CUDA streams")
+    import threading
+
+    heads, want = [], []
+    for seed in (1, 2):
+        q = _weights("Q5_K", 3001, 768, seed=seed)
+        heads.append(lmtail.Head(q, dtype="Q5_K", backend="cuda", softcap=10.0))
+    hs = [(np.random.default_rng(t).standard_normal((4, 768)) * 3).astype(np.float32) for t in range(6)]
+    for hd in heads:
+        want.append([(hd.greedy(h), *hd.topk(h, 40)) for h in hs])
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                for j, h in enumerate(hs):
+                    g = heads[i].greedy(h, stream=streams[i].cuda_stream)
+                    ids, vals = heads[i].topk(h, 40, stream=streams[i].cuda_stream)
+                    w = want[i][j]
+                    assert np.array_equal(g, w[0]) and np.array_equal(ids, w[1]) and np.array_equal(vals, w[2])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
 def test_route_a_lands_in_pinned_memory_and_results_are_fresh():
     # Route A's D2H copy targets the calling thread's page-locked staging rows (the same rows call
     # after call); what the caller gets is a fresh array (or its out= buffer), never those rows,

@@ -425,6 +425,7 @@ void bind_cuda(py::module_ &m) {
             check(cudaMemcpy(dm.p, mv.data(), mv.size() * 4, cudaMemcpyHostToDevice));
             mask = dm.as<uint32_t>();
         }
+        const std::lock_guard<std::mutex> lock(lmt::cuda::selection_lock());
         lmt::cuda::launch_argmax_rows(dx.as<float>(), (int)R, (int)n, greedy, mask, dk.as<uint64_t>(), db.as<uint32_t>(),
                                       dout.as<uint32_t>(), 0);
         check(cudaMemcpy(op, dout.p, R * 4, cudaMemcpyDeviceToHost));
@@ -442,6 +443,7 @@ void bind_cuda(py::module_ &m) {
         const int64_t R = r.R, n = r.n;
         DevBuf dx(R * n * 4), ds(lmt::cuda::topk_scratch_elems((int)R, (int)n, (int)k) * 8), di(R * k * 4), dv(R * k * 4);
         check(cudaMemcpy(dx.p, r.p, R * n * 4, cudaMemcpyHostToDevice));
+        const std::lock_guard<std::mutex> lock(lmt::cuda::selection_lock());
         lmt::cuda::launch_topk_rows(dx.as<float>(), (int)R, (int)n, (int)k, ds.as<uint64_t>(), di.as<uint32_t>(),
                                     dv.as<float>(), 0);
         check(cudaMemcpy(ip, di.p, R * k * 4, cudaMemcpyDeviceToHost));

@@ -164,6 +164,11 @@ __global__ void __launch_bounds__(kOneThreads) argmax_one(const float *__restric
     }
 }
 
+std::mutex &selection_lock() {
+    static std::mutex m;
+    return m;
+}
+
 static bool g_two_phase = false;  // the two-launch form for every call (benchmarks; the product never sets it)
 static bool use_two_phase() { return g_two_phase; }
 void argmax_force_two_phase_for_testing(bool on) { g_two_phase = on; }

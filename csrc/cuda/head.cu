@@ -98,8 +98,11 @@ bool DeviceHead::run_tail(const float *hidden, int T, bool check_latch, bool on_
     }
     // Pre-cap finite check (tanh would turn +Inf into a finite cap): the greedy reduction's latch,
     // 4 bytes per row back (counted: routes A and C pay it on top of their payload).
-    launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, s);
-    copy_sync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s);
+    {
+        const std::lock_guard<std::mutex> lock(selection_lock());
+        launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, s);
+        copy_sync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s);
+    }
     bytes_back_ += (uint64_t)T * 4;
     for (int t = 0; t < T; ++t)
         if (host_out_[t] == LMT_ARGMAX_INVALID) return false;
@@ -120,6 +123,7 @@ void DeviceHead::copy_logits_device(float *dst, int T) {
 
 bool DeviceHead::stored_logits_finite(int T) {
     const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+    const std::lock_guard<std::mutex> lock(selection_lock());
     launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, s);
     copy_sync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s);
     bytes_back_ += (uint64_t)T * 4;
@@ -137,6 +141,7 @@ void DeviceHead::read_row(int t, float *out) {
 
 void DeviceHead::greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t *out) {
     const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+    const std::lock_guard<std::mutex> lock(selection_lock());  // released after the last copy_sync
     const uint32_t *mask = nullptr;
     if (!excl_mask.empty()) {
         LMT_CUDA_CHECK(cudaMemcpyAsync(mask_, excl_mask.data(), excl_mask.size() * 4, cudaMemcpyHostToDevice, s));
@@ -194,6 +199,7 @@ void DeviceHead::ensure_topk(int T, int k) {
 void DeviceHead::topk(int T, int k, uint32_t *ids, float *vals) {
     const cudaStream_t s = static_cast<cudaStream_t>(stream_);
     ensure_topk(T, k);
+    const std::lock_guard<std::mutex> lock(selection_lock());
     launch_topk_rows(logits_, T, rows_, k, top_scratch_, ids_, vals_, s);
     LMT_CUDA_CHECK(cudaMemcpyAsync(ids, ids_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s));
     copy_sync(vals, vals_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
@@ -228,6 +234,7 @@ void DeviceHead::replay(const std::tuple<int, int, int, bool> &key, Enqueue &&en
         it = graphs_.emplace(key, exec).first;
     }
     const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+    const std::lock_guard<std::mutex> lock(selection_lock());  // every graph holds a selection kernel
     LMT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), s));
     LMT_CUDA_CHECK(cudaStreamSynchronize(s));
 }

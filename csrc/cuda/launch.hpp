@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 namespace lmt::cuda {
@@ -31,6 +32,11 @@ void launch_argmax_rows(const float *x, int rows, int n, bool greedy, const uint
 void launch_greedy_softcap_argmax(const float *x, int rows, int n, float s, float cap, const uint32_t *excl_mask,
                                   uint64_t *part_key, uint32_t *part_bad, uint32_t *out, cudaStream_t stream);
 size_t topk_scratch_elems(int rows, int n, int k);
+// The argmax and top-k kernels count each row's arriving blocks (and top-k's row floor) in device
+// globals that the row's last block resets, so two of them must never run at once on different
+// streams (two heads, two shards, two threads). Callers hold this lock from such a launch until
+// the stream it went to has been synchronised.
+std::mutex &selection_lock();
 void launch_topk_rows(const float *x, int rows, int n, int k, uint64_t *scratch, uint32_t *ids, float *vals,
                       cudaStream_t stream);
 
