@@ -286,10 +286,10 @@ def _topk_ref(logits, k):
 
 
 @pytest.mark.parametrize("softcap", [15.0, 0.0])
-def test_graph_replays_follow_shapes_masks_and_growth(softcap):
-    # Routes B and C from host rows replay one CUDA graph per (route, T, k, exclusion): a replay
-    # must read this call's rows and mask, and a buffer that grows (more rows, a larger k) must
-    # not leave a graph pointing at the freed one. Reference: route A (no graph) on the same head.
+def test_routes_follow_shapes_masks_and_growth(softcap):
+    # Routes B and C on one head over calls whose T, k and exclusion change (buffers that grow,
+    # top-k scratch resized, the fused cap path and the scale-only path): each call equals the
+    # argmax / canonical top-k of route A's rows for the same hidden rows.
     q = _weights("Q6_K", 2001, 512, seed=11)
     g = np.random.default_rng(2).uniform(0.8, 1.2, 512).astype(np.float32)
     head = lmtail.Head(q, g, logit_scale=0.5, softcap=softcap, dtype="Q6_K", backend="cuda")

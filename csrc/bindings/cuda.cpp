@@ -535,31 +535,6 @@ void bind_cuda(py::module_ &m) {
                  h.topk(T, k, ip, vp);
              },
              py::arg("k"), py::arg("ids"), py::arg("values"))
-        .def("greedy_rows",
-             [](lmt::cuda::DeviceHead &h, const py::array &hidden, const py::array &excl, py::array &out) {
-                 const int T = (int)dim(hidden, 0, "hidden");
-                 const float *p = data_of<float>(hidden, "hidden", false);
-                 auto mask = exclusion_mask(excl, h.rows());
-                 uint32_t *o = data_of<uint32_t>(out, "out", true);
-                 if (out.size() != T) throw std::invalid_argument("greedy_rows: out must hold one id per hidden row");
-                 py::gil_scoped_release nogil;
-                 h.greedy_rows(p, T, mask, o);
-             },
-             py::arg("hidden"), py::arg("excluded"), py::arg("out"),
-             "Route B from host rows in one graph replay: run_tail(check_latch=False) + greedy().")
-        .def("topk_rows",
-             [](lmt::cuda::DeviceHead &h, const py::array &hidden, int k, py::array &ids, py::array &vals) {
-                 const int T = (int)dim(hidden, 0, "hidden");
-                 const float *p = data_of<float>(hidden, "hidden", false);
-                 uint32_t *ip = data_of<uint32_t>(ids, "ids", true);
-                 float *vp = data_of<float>(vals, "values", true);
-                 if (ids.size() != (py::ssize_t)T * k || vals.size() != (py::ssize_t)T * k)
-                     throw std::invalid_argument("topk_rows: ids and values must hold k per hidden row");
-                 py::gil_scoped_release nogil;
-                 return h.topk_rows(p, T, k, ip, vp);
-             },
-             py::arg("hidden"), py::arg("k"), py::arg("ids"), py::arg("values"),
-             "Route C from host rows in one graph replay: run_tail() + topk(); False if the latch fired.")
         .def_property_readonly("bytes_read_back", &lmt::cuda::DeviceHead::bytes_read_back);
 }
 #else

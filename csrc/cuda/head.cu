@@ -1,7 +1,6 @@
 #include "head.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 
 #include "common.cuh"
@@ -38,32 +37,21 @@ DeviceHead::DeviceHead(const uint8_t *w, int weight_type, int rows, int cols, si
         LMT_CUDA_CHECK(cudaMemcpy(gamma_, gamma, (size_t)cols * 4, cudaMemcpyHostToDevice));
     }
     LMT_CUDA_CHECK(cudaMalloc(&mask_, ((size_t)rows + 31) / 32 * 4));
-    LMT_CUDA_CHECK(cudaMallocHost(&host_mask_, ((size_t)rows + 31) / 32 * 4));
     ensure_tokens(std::max(1, max_tokens));
 }
 
 DeviceHead::~DeviceHead() {
-    drop_graphs();
-    if (capture_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(capture_stream_));
     for (void *p : {(void *)w_, (void *)gamma_, (void *)hidden_, (void *)normed_, (void *)logits_, (void *)keys_,
                     (void *)top_scratch_, (void *)bad_, (void *)out_, (void *)mask_, (void *)ids_, (void *)vals_})
         if (p) cudaFree(p);
-    for (void *p : {(void *)host_out_, (void *)host_hidden_, (void *)host_mask_, (void *)host_ids_, (void *)host_vals_})
-        if (p) cudaFreeHost(p);
-}
-
-void DeviceHead::drop_graphs() {
-    for (auto &g : graphs_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g.second));
-    graphs_.clear();
+    if (host_out_) cudaFreeHost(host_out_);
 }
 
 void DeviceHead::ensure_tokens(int T) {
     if (T <= max_tokens_) return;
-    drop_graphs();  // they address the buffers freed here
     for (void *p : {(void *)hidden_, (void *)normed_, (void *)logits_, (void *)keys_, (void *)bad_, (void *)out_})
         if (p) cudaFree(p);
     if (host_out_) cudaFreeHost(host_out_);
-    if (host_hidden_) cudaFreeHost(host_hidden_);
     const size_t chunks = ((size_t)rows_ + 1023) / 1024;
     LMT_CUDA_CHECK(cudaMalloc(&hidden_, (size_t)T * cols_ * 4));
     LMT_CUDA_CHECK(cudaMalloc(&normed_, (size_t)T * cols_ * 4));
@@ -72,7 +60,6 @@ void DeviceHead::ensure_tokens(int T) {
     LMT_CUDA_CHECK(cudaMalloc(&bad_, (size_t)T * chunks * 4));
     LMT_CUDA_CHECK(cudaMalloc(&out_, (size_t)T * 4));
     LMT_CUDA_CHECK(cudaMallocHost(&host_out_, (size_t)T * 4));
-    LMT_CUDA_CHECK(cudaMallocHost(&host_hidden_, (size_t)T * cols_ * 4));
     max_tokens_ = T;
     top_k_cap_ = 0;  // top-k scratch is sized per (T, k) on demand
 }
@@ -179,130 +166,24 @@ void DeviceHead::greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t 
     bytes_back_ += (uint64_t)T * 4;
 }
 
-void DeviceHead::ensure_topk(int T, int k) {
-    const size_t need = topk_scratch_elems(T, rows_, k);
-    if (need <= top_scratch_elems_ && k * T <= top_k_cap_) return;
-    drop_graphs();
-    for (void *p : {(void *)top_scratch_, (void *)ids_, (void *)vals_})
-        if (p) cudaFree(p);
-    for (void *p : {(void *)host_ids_, (void *)host_vals_})
-        if (p) cudaFreeHost(p);
-    LMT_CUDA_CHECK(cudaMalloc(&top_scratch_, need * 8));
-    LMT_CUDA_CHECK(cudaMalloc(&ids_, (size_t)T * k * 4));
-    LMT_CUDA_CHECK(cudaMalloc(&vals_, (size_t)T * k * 4));
-    LMT_CUDA_CHECK(cudaMallocHost(&host_ids_, (size_t)T * k * 4));
-    LMT_CUDA_CHECK(cudaMallocHost(&host_vals_, (size_t)T * k * 4));
-    top_scratch_elems_ = need;
-    top_k_cap_ = k * T;
-}
-
 void DeviceHead::topk(int T, int k, uint32_t *ids, float *vals) {
     const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-    ensure_topk(T, k);
+    const size_t need = topk_scratch_elems(T, rows_, k);
+    if (need > top_scratch_elems_ || k * T > top_k_cap_) {
+        if (top_scratch_) cudaFree(top_scratch_);
+        if (ids_) cudaFree(ids_);
+        if (vals_) cudaFree(vals_);
+        LMT_CUDA_CHECK(cudaMalloc(&top_scratch_, need * 8));
+        LMT_CUDA_CHECK(cudaMalloc(&ids_, (size_t)T * k * 4));
+        LMT_CUDA_CHECK(cudaMalloc(&vals_, (size_t)T * k * 4));
+        top_scratch_elems_ = need;
+        top_k_cap_ = k * T;
+    }
     const std::lock_guard<std::mutex> lock(selection_lock());
     launch_topk_rows(logits_, T, rows_, k, top_scratch_, ids_, vals_, s);
     LMT_CUDA_CHECK(cudaMemcpyAsync(ids, ids_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s));
     copy_sync(vals, vals_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s);
     bytes_back_ += (uint64_t)T * k * 8;
-}
-
-// Captured on a private stream (the legacy default stream cannot be captured), launched on the
-// head's stream and waited for. Relaxed capture: the first top-k launch may set a kernel attribute.
-template <class Enqueue>
-void DeviceHead::replay(const std::tuple<int, int, int, bool> &key, Enqueue &&enqueue) {
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-        if (!capture_stream_) {
-            cudaStream_t cs;
-            LMT_CUDA_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
-            capture_stream_ = cs;
-        }
-        const cudaStream_t cs = static_cast<cudaStream_t>(capture_stream_);
-        cudaGraph_t g = nullptr;
-        LMT_CUDA_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeRelaxed));
-        try {
-            enqueue(cs);
-        } catch (...) {
-            if (cudaStreamEndCapture(cs, &g) == cudaSuccess && g) cudaGraphDestroy(g);
-            throw;
-        }
-        LMT_CUDA_CHECK(cudaStreamEndCapture(cs, &g));
-        cudaGraphExec_t exec = nullptr;
-        const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
-        cudaGraphDestroy(g);
-        LMT_CUDA_CHECK(err);
-        it = graphs_.emplace(key, exec).first;
-    }
-    const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-    const std::lock_guard<std::mutex> lock(selection_lock());  // every graph holds a selection kernel
-    LMT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(it->second), s));
-    LMT_CUDA_CHECK(cudaStreamSynchronize(s));
-}
-
-void DeviceHead::greedy_rows(const float *hidden, int T, const std::vector<uint32_t> &excl_mask, uint32_t *out) {
-    if (cap_ > 0.0f && T > 1024) {  // beyond the fused kernel's rows the latch is read between kernels
-        run_tail(hidden, T, false);
-        greedy(excl_mask, T, out);
-        return;
-    }
-    ensure_tokens(T);
-    std::memcpy(host_hidden_, hidden, (size_t)T * cols_ * 4);
-    const bool masked = !excl_mask.empty();
-    if (masked) std::memcpy(host_mask_, excl_mask.data(), excl_mask.size() * 4);
-    const size_t mask_bytes = excl_mask.size() * 4;
-    replay({0, T, 0, masked}, [&](cudaStream_t s) {
-        LMT_CUDA_CHECK(cudaMemcpyAsync(hidden_, host_hidden_, (size_t)T * cols_ * 4, cudaMemcpyHostToDevice, s));
-        const float *x = hidden_;
-        if (norm_kind_ == 1) {
-            launch_rms_norm(x, gamma_, normed_, T, cols_, eps_, s);
-            x = normed_;
-        }
-        launch_mul_mv(type_, w_, row_stride_, rows_, cols_, x, T, logits_, s);
-        if (masked) LMT_CUDA_CHECK(cudaMemcpyAsync(mask_, host_mask_, mask_bytes, cudaMemcpyHostToDevice, s));
-        const uint32_t *mask = masked ? mask_ : nullptr;
-        // The same kernels, in the same order, as run_tail(check_latch = false) + greedy().
-        if (cap_ > 0.0f) {
-            launch_greedy_softcap_argmax(logits_, T, rows_, scale_, cap_, mask, keys_, bad_, out_, s);
-            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, s);
-        } else {
-            launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, s);
-            launch_argmax_rows(logits_, T, rows_, true, mask, keys_, bad_, out_, s);
-        }
-        LMT_CUDA_CHECK(cudaMemcpyAsync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s));
-    });
-    capped_ = true;
-    std::copy(host_out_, host_out_ + T, out);
-    bytes_back_ += (uint64_t)T * 4;
-}
-
-bool DeviceHead::topk_rows(const float *hidden, int T, int k, uint32_t *ids, float *vals) {
-    ensure_tokens(T);
-    ensure_topk(T, k);
-    std::memcpy(host_hidden_, hidden, (size_t)T * cols_ * 4);
-    replay({1, T, k, false}, [&](cudaStream_t s) {
-        LMT_CUDA_CHECK(cudaMemcpyAsync(hidden_, host_hidden_, (size_t)T * cols_ * 4, cudaMemcpyHostToDevice, s));
-        const float *x = hidden_;
-        if (norm_kind_ == 1) {
-            launch_rms_norm(x, gamma_, normed_, T, cols_, eps_, s);
-            x = normed_;
-        }
-        launch_mul_mv(type_, w_, row_stride_, rows_, cols_, x, T, logits_, s);
-        // The pre-cap latch is read after the replay: the cap and top-k of a latched call run on
-        // non-finite logits, and nothing of theirs is handed out.
-        launch_argmax_rows(logits_, T, rows_, true, nullptr, keys_, bad_, out_, s);
-        launch_softcap(logits_, (int64_t)T * rows_, scale_, cap_, true, s);
-        launch_topk_rows(logits_, T, rows_, k, top_scratch_, ids_, vals_, s);
-        LMT_CUDA_CHECK(cudaMemcpyAsync(host_out_, out_, (size_t)T * 4, cudaMemcpyDeviceToHost, s));
-        LMT_CUDA_CHECK(cudaMemcpyAsync(host_ids_, ids_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s));
-        LMT_CUDA_CHECK(cudaMemcpyAsync(host_vals_, vals_, (size_t)T * k * 4, cudaMemcpyDeviceToHost, s));
-    });
-    bytes_back_ += (uint64_t)T * 4 + (uint64_t)T * k * 8;  // what crossed, latched or not
-    for (int t = 0; t < T; ++t)
-        if (host_out_[t] == LMT_ARGMAX_INVALID) return false;
-    capped_ = true;
-    std::copy(host_ids_, host_ids_ + (size_t)T * k, ids);
-    std::copy(host_vals_, host_vals_ + (size_t)T * k, vals);
-    return true;
 }
 
 }  // namespace lmt::cuda

@@ -5,8 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <tuple>
 #include <vector>
 
 namespace lmt::cuda {
@@ -46,21 +44,10 @@ class DeviceHead {
     void greedy(const std::vector<uint32_t> &excl_mask, int T, uint32_t *out);
     // Route C: top-k candidates per row.
     void topk(int T, int k, uint32_t *ids, float *vals);
-    // Routes B and C from host rows in one call each: upload, tail, selection and read-back
-    // replayed as one CUDA graph per (route, T, k, exclusion), captured on first use (the hidden
-    // rows and the results pass through page-locked buffers the graph's copies address).
-    // greedy_rows gives what run_tail(check_latch = false) + greedy() give; topk_rows what
-    // run_tail() + topk() give, false if the pre-cap latch fired (ids and values then untouched).
-    void greedy_rows(const float *hidden, int T, const std::vector<uint32_t> &excl_mask, uint32_t *out);
-    bool topk_rows(const float *hidden, int T, int k, uint32_t *ids, float *vals);
     uint64_t bytes_read_back() const { return bytes_back_; }
 
   private:
     void ensure_tokens(int T);
-    void ensure_topk(int T, int k);
-    void drop_graphs();
-    template <class Enqueue>
-    void replay(const std::tuple<int, int, int, bool> &key, Enqueue &&enqueue);
     void *stream_ = nullptr;
     int type_, rows_, cols_, norm_kind_, max_tokens_ = 0;
     size_t row_stride_;
@@ -73,12 +60,6 @@ class DeviceHead {
     size_t top_scratch_elems_ = 0;
     int top_k_cap_ = 0;
     uint32_t *host_out_ = nullptr;  // pinned, 4 bytes per row
-    float *host_hidden_ = nullptr;  // pinned, max_tokens_ x cols_: the graphs' upload source
-    uint32_t *host_mask_ = nullptr;  // pinned exclusion bitmask, (rows_ + 31) / 32 words
-    uint32_t *host_ids_ = nullptr;   // pinned top-k results, top_k_cap_ each
-    float *host_vals_ = nullptr;
-    void *capture_stream_ = nullptr;                              // cudaStream_t
-    std::map<std::tuple<int, int, int, bool>, void *> graphs_;  // cudaGraphExec_t by key
     bool capped_ = true;            // logits_ hold the capped logits of the last tail
     uint64_t bytes_back_ = 0;
 };

@@ -443,20 +443,6 @@ class Head:
         st.device_gen = self._device_gen
         st.timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
 
-    def _device_call(self, st: _CallState, h2: np.ndarray, run) -> None:
-        """A device route that runs the tail and its selection in one call (``run()`` returns
-        False when the pre-cap latch fired; greedy latches in its ids); ``_device_tail``'s bookkeeping."""
-        t0 = time.perf_counter()
-        st.computed_T = 0
-        self._device_gen += 1
-        if run() is False:
-            why = _norm_overflow(h2) if self._norm is not None else None
-            raise NonFiniteLogitsError(why or "logits before the soft cap: non-finite value (device latch)")
-        st.computed_T = h2.shape[0]
-        st.device_gen = self._device_gen
-        # one replay: the stages are not timed apart
-        st.timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0, "select": 0.0}
-
     def _ops_tail(self, st: _CallState, h2: np.ndarray) -> np.ndarray:
         """Norm -> head -> scale -> cap into the thread's staging rows; fail closed."""
         st.computed_T = 0  # a failure below leaves no row for row(t) to hand out
@@ -603,13 +589,10 @@ class Head:
                 self._device.set_stream(s)
                 before = self._device.bytes_read_back
                 # no separate pre-cap latch read: the greedy kernel latches, caps and reduces
-                if isinstance(h2, CudaTensor):
-                    self._device_tail(st, h2, check_latch=False)
-                    t0 = time.perf_counter()
-                    self._device.greedy(excl, out)
-                    st.timings["select"] = time.perf_counter() - t0
-                else:  # host rows: the whole route as one graph replay
-                    self._device_call(st, h2, lambda: self._device.greedy_rows(h2, excl, out))
+                self._device_tail(st, h2, check_latch=False)
+                t0 = time.perf_counter()
+                self._device.greedy(excl, out)
+                st.timings["select"] = time.perf_counter() - t0
                 self._count(st, self._device.bytes_read_back - before)
                 if np.any(out == 0xFFFFFFFF):
                     st.computed_T = 0  # the stored logits hold a non-finite value
@@ -651,13 +634,10 @@ class Head:
             if self._device is not None:  # route C: k candidates per row leave the device
                 self._device.set_stream(s)
                 before = self._device.bytes_read_back
-                if isinstance(h2, CudaTensor):
-                    self._device_tail(st, h2)
-                    t0 = time.perf_counter()
-                    self._device.topk(int(k), ids, vals)
-                    st.timings["select"] = time.perf_counter() - t0
-                else:  # host rows: the whole route as one graph replay
-                    self._device_call(st, h2, lambda: self._device.topk_rows(h2, int(k), ids, vals))
+                self._device_tail(st, h2)
+                t0 = time.perf_counter()
+                self._device.topk(int(k), ids, vals)
+                st.timings["select"] = time.perf_counter() - t0
                 # 8 bytes per candidate plus the 4-byte pre-cap latch per row
                 self._count(st, self._device.bytes_read_back - before)
                 if not np.isfinite(vals).all():
