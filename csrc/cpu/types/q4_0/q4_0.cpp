@@ -334,8 +334,8 @@ void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
     const Args a{c.w, c.rows, c.cols, c.row_stride, x, T, logits};
     void (*kernel)(const Args &, int64_t, int64_t) = matvec_scalar;
 #if defined(LMTAIL_HAVE_X86)
-    // AVX-512 runs the AVX2 kernel: the same bytes, and Q4_0 at T = 1 is bound by the read.
-    if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_avx2;
+    if (c.isa == Isa::Avx2) kernel = matvec_avx2;
+    if (c.isa == Isa::Avx512) kernel = matvec_avx512;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
     if (c.isa == Isa::Neon) kernel = matvec_neon;

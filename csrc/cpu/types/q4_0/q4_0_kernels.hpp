@@ -26,6 +26,7 @@ struct Args {
 
 void matvec_scalar(const Args &a, int64_t r0, int64_t r1);
 void matvec_avx2(const Args &a, int64_t r0, int64_t r1);
+void matvec_avx512(const Args &a, int64_t r0, int64_t r1);  // T = 1: matvec_avx2
 void matvec_neon(const Args &a, int64_t r0, int64_t r1);
 
 // ---- Precision::I24 (the default): 24-bit block fixed-point activations -----------------------
