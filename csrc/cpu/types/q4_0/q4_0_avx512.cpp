@@ -1,8 +1,8 @@
 // AVX-512 Q4_0 matvec, Precision::F32 (canonical tree in q4_0_kernels.hpp) for T >= 2; T = 1 is
 // the AVX2 kernel (bound by the read). The 16 canonical lanes are one zmm: a block's low nibbles
 // are its first FMA of each lane, its high nibbles the second. A block decodes to two f32 vectors
-// d * (q - 8) with one vpermps each (a 16-entry table of q - 8, indexed by the low 4 bits of
-// each dword), shared by the TG activation rows; R weight rows share each x load.
+// (q - 8) * d with one vpermps each (the 16-entry table of (q - 8) * d, indexed by the low 4 bits
+// of each dword), shared by the TG activation rows; R weight rows share each x load.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -41,9 +41,11 @@ static void rows_tg(const Args &a, int64_t r, int64_t t0) {
             // F16C is exact for every half; a NaN comes out quiet, as the scalar multiply makes it.
             const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))));
             const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)));
-            // (float)(q - 8) * d: the scalar reference's one product per weight
-            lo[k] = _mm512_mul_ps(_mm512_permutexvar_ps(v, table), d);
-            hi[k] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), d);
+            // The table times d holds (float)(q - 8) * d, the scalar reference's one product per
+            // weight, for each of the 16 codes: one multiply per block instead of two.
+            const __m512 td = _mm512_mul_ps(table, d);
+            lo[k] = _mm512_permutexvar_ps(v, td);
+            hi[k] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), td);
         }
         for (int t = 0; t < TG; ++t) {
             __m512 x0 = _mm512_loadu_ps(x[t] + b * kQK);
