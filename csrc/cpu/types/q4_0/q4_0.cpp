@@ -253,17 +253,21 @@ void pair_layout(const I24Args &a, int16_t *ap, uint8_t *rp, float *srp) {
             const uint8_t *rt = a.r + t * a.cols + b * kQK, *ru = a.r + u * a.cols + b * kQK;
             int16_t *oa = ap + (p * nb + b) * 64;
             uint8_t *orr = rp + (p * nb + b) * 64;
-            float *os = srp + (p * nb + b) * 16;
             std::copy(at, at + 16, oa);
             std::copy(au, au + 16, oa + 16);
             std::copy(at + 16, at + 32, oa + 32);
             std::copy(au + 16, au + 32, oa + 48);
             std::copy(rt, rt + 32, orr);
             std::copy(ru, ru + 32, orr + 32);
-            std::fill(os, os + 8, a.sr[t * nb + b]);
-            std::fill(os + 8, os + 16, a.sr[u * nb + b]);
         }
     }
+    const int64_t pairs = a.T / 2;
+    for (int64_t q = 0; q < (pairs + 3) / 4; ++q)
+        for (int64_t b = 0; b < nb; ++b)
+            for (int64_t j = 0; j < 8; ++j) {
+                const int64_t t = 8 * q + j;
+                srp[(q * nb + b) * 8 + j] = t < 2 * pairs ? a.sr[t * nb + b] : 0.0f;
+            }
 }
 
 // The pass layout of I24Args::xp (q4_0_kernels.hpp): a copy of the prepared integers and scales.
@@ -318,7 +322,7 @@ I24Run setup_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T,
         if (T >= 2) {
             int16_t *ap = aligned64(xs.ap, n);
             uint8_t *rp = aligned64(xs.rp, n);
-            float *srp = aligned64(xs.srp, n / 4);
+            float *srp = aligned64(xs.srp, (size_t)((T / 2 + 3) / 4 * (c.cols / kQK) * 8));
             pair_layout(a, ap, rp, srp);
             a.ap = ap;
             a.rp = rp;
