@@ -323,6 +323,25 @@ def test_i24_spiky_rows_take_f32_and_batch_stays_invariant():
             assert np.array_equal(bits(got), bits(scalar))
 
 
+@pytest.mark.parametrize("spiky", [(2,), (0, 3, 6), (1, 2, 5, 6, 7)])
+def test_i24_mixed_batch_one_pass_equals_scalar(spiky):
+    # A batch with both kinds of rows runs both kernels per row task (run_mixed): odd and even
+    # counts of integer rows (the AVX-512 kernel's last odd row) and of F32 rows, several tasks.
+    rng = np.random.default_rng(9)
+    cols = 320
+    q = quantize((rng.standard_normal((131, cols)) * 0.02).astype(np.float32))
+    x = rng.standard_normal((8, cols))
+    for t in spiky:
+        x[t, 37] *= 1e4
+    x = x.astype(np.float32)
+    scalar = matvec(q, cols, x, isa="scalar", precision="i24")
+    for threads in (1, 2):
+        got = matvec(q, cols, x, threads=threads, precision="i24")
+        assert np.array_equal(bits(got), bits(scalar)), threads
+        for t in (0, 2, 7):
+            assert np.array_equal(bits(got[t]), bits(matvec(q, cols, x[t : t + 1], threads=threads, precision="i24")[0]))
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_nan_logits_are_the_default_quiet_nan(precision):
     # Which NaN payload survives where two NaNs meet depends on the compiler's operand order, so
