@@ -155,7 +155,7 @@ def test_simd_equals_scalar_bytes(isa, precision):
     rng = np.random.default_rng(2)
     for rows, cols in ((1, 32), (7, 96), (65, 640), (129, 896)):
         q = quantize(awkward(rng, rows, cols))
-        for T in (1, 2, 3, 5, 8, 11):
+        for T in (1, 2, 3, 5, 7, 8, 11, 16):  # 7, 16: the AVX-512 F32 kernel's 7- and 8-row blocks
             x = rng.standard_normal((T, cols)).astype(np.float32)
             a = matvec(q, cols, x, isa="scalar", precision=precision)
             b = matvec(q, cols, x, isa=isa, precision=precision)
@@ -321,6 +321,25 @@ def test_i24_spiky_rows_take_f32_and_batch_stays_invariant():
         if lmtail._core.isa_available("avx2"):
             scalar = matvec(q, cols, x, threads=threads, isa="scalar", precision="i24")
             assert np.array_equal(bits(got), bits(scalar))
+
+
+@pytest.mark.parametrize("spiky", [(2,), (0, 3, 6), (1, 2, 5, 6, 7)])
+def test_i24_mixed_batch_one_pass_equals_scalar(spiky):
+    # A batch with both kinds of rows runs both kernels per row task (run_mixed): odd and even
+    # counts of integer rows (the AVX-512 kernel's last odd row) and of F32 rows, several tasks.
+    rng = np.random.default_rng(9)
+    cols = 320
+    q = quantize((rng.standard_normal((131, cols)) * 0.02).astype(np.float32))
+    x = rng.standard_normal((8, cols))
+    for t in spiky:
+        x[t, 37] *= 1e4
+    x = x.astype(np.float32)
+    scalar = matvec(q, cols, x, isa="scalar", precision="i24")
+    for threads in (1, 2):
+        got = matvec(q, cols, x, threads=threads, precision="i24")
+        assert np.array_equal(bits(got), bits(scalar)), threads
+        for t in (0, 2, 7):
+            assert np.array_equal(bits(got[t]), bits(matvec(q, cols, x[t : t + 1], threads=threads, precision="i24")[0]))
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)

@@ -149,5 +149,103 @@ static void float_matvec_avx512(const MatvecCall &c, int64_t r0, int64_t r1) {
     else rows_all_512<L, 3>(c, r0, r1, per);
 }
 
+// BF16, T > 1, x in the half-step layout (float_common.hpp): step h loads the 64 bytes of
+// weights 16h .. 16h + 31; lanes 0-7 take the low half of dwords 0-7 (weights 16h + 2j: a shift
+// by 16) and lanes 8-15 the high half of dwords 8-15 (weights 16h + 17 + 2j: a mask), so each
+// lane's chain still meets its canonical weights in increasing order. Step -1 (lanes 8-15 only)
+// and step H - 1 (lanes 0-7 only) load 32 bytes and leave the other lanes' accumulators alone.
+// The shift and the mask run beside the FMAs; vpmovzxwd's shuffle took FMA issue slots.
+template <int R, int TG>
+static inline void rows_bf16_512(const MatvecCall &c, int64_t r, int64_t t0) {
+    const int64_t H = c.cols / 16, xs = bf16_x_stride(c.cols);
+    const uint8_t *row[R], *nxt[R];
+    const float *x[TG];
+    for (int k = 0; k < R; ++k) row[k] = c.w + (size_t)(r + k) * c.row_stride;
+    next_rows<R>(c, r, nxt);
+    for (int t = 0; t < TG; ++t) x[t] = c.x + (t0 + t) * xs + 16;  // step 0
+    const __m512i cnt = _mm512_setr_epi32(16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i hi16 = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 a[R][TG];
+    for (int k = 0; k < R; ++k)
+        for (int t = 0; t < TG; ++t) a[k][t] = _mm512_setzero_ps();
+    auto widen = [&](__m512i v) { return _mm512_castsi512_ps(_mm512_and_si512(_mm512_sllv_epi32(v, cnt), hi16)); };
+    if (H > 0) {  // step -1: lanes 8-15 take weights 1, 3, .., 15
+        for (int k = 0; k < R; ++k) {
+            const __m256i h0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row[k]));
+            const __m512 w = widen(_mm512_inserti64x4(_mm512_setzero_si512(), h0, 1));
+            for (int t = 0; t < TG; ++t) a[k][t] = _mm512_mask3_fmadd_ps(w, _mm512_loadu_ps(x[t] - 16), a[k][t], 0xFF00);
+        }
+    }
+    for (int64_t h = 0; h + 1 < H; ++h) {
+        const int64_t i = 16 * h;
+        __m512 w[R];
+        for (int k = 0; k < R; ++k)
+            w[k] = widen(_mm512_loadu_si512(reinterpret_cast<const void *>(row[k] + 2 * i)));
+        if ((h & 1) == 0) {  // one prefetch per 64-byte line
+            for (int k = 0; k < R; ++k) {
+                _mm_prefetch(reinterpret_cast<const char *>(row[k]) + 2 * i + kPfBytes, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char *>(nxt[k]) + 2 * i, _MM_HINT_T1);
+            }
+        }
+        for (int t = 0; t < TG; ++t) {
+            __m512 xv = _mm512_loadu_ps(x[t] + i);
+            // Keep x in a register (GCC would otherwise fold the load into each of the R FMAs).
+            __asm__("" : "+v"(xv));
+            for (int k = 0; k < R; ++k) a[k][t] = _mm512_fmadd_ps(w[k], xv, a[k][t]);
+        }
+    }
+    if (H > 0) {  // step H - 1: lanes 0-7 take weights 16(H - 1) + 0, 2, .., 14
+        const int64_t i = 16 * (H - 1);
+        for (int k = 0; k < R; ++k) {
+            const __m256i hl = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(row[k] + 2 * i));
+            const __m512 w = widen(_mm512_zextsi256_si512(hl));
+            for (int t = 0; t < TG; ++t) a[k][t] = _mm512_mask3_fmadd_ps(w, _mm512_loadu_ps(x[t] + i), a[k][t], 0x00FF);
+        }
+    }
+    const int64_t n16 = 16 * H;
+    for (int k = 0; k < R; ++k)
+        for (int t = 0; t < TG; ++t) {
+            alignas(64) float l[16], acc[16];
+            _mm512_store_ps(l, a[k][t]);
+            for (int j = 0; j < 8; ++j) {
+                acc[2 * j] = l[j];
+                acc[2 * j + 1] = l[8 + j];
+            }
+            // x's last cols % 16 elements follow the steps, in order
+            float_dot_tail<BF16Weights>(row[k], x[t] + 16 * H - n16, n16, c.cols, acc);
+            c.logits[(t0 + t) * c.rows + r + k] = float_hsum16(acc);
+        }
+}
+
+template <int R>
+static inline void rows_bf16_tn_512(const MatvecCall &c, int64_t r, int64_t t0, int nt) {
+    switch (nt) {
+        case 1: return rows_bf16_512<R, 1>(c, r, t0);
+        case 2: return rows_bf16_512<R, 2>(c, r, t0);
+        case 3: return rows_bf16_512<R, 3>(c, r, t0);
+        case 4: return rows_bf16_512<R, 4>(c, r, t0);
+        case 5: return rows_bf16_512<R, 5>(c, r, t0);
+        case 6: return rows_bf16_512<R, 6>(c, r, t0);
+        case 7: if constexpr (R <= 3) return rows_bf16_512<R, 7>(c, r, t0); break;
+        default: if constexpr (R <= 3) return rows_bf16_512<R, 8>(c, r, t0); break;
+    }
+}
+
+template <int R>
+static inline void rows_bf16_all_512(const MatvecCall &c, int64_t r0, int64_t r1, int64_t per) {
+    int64_t r = r0;
+    for (; r + R <= r1; r += R)
+        for (int64_t t0 = 0; t0 < c.T; t0 += per) rows_bf16_tn_512<R>(c, r, t0, (int)std::min<int64_t>(per, c.T - t0));
+    for (; r < r1; ++r)
+        for (int64_t t0 = 0; t0 < c.T; t0 += per) rows_bf16_tn_512<1>(c, r, t0, (int)std::min<int64_t>(per, c.T - t0));
+}
+
+// T > 1 (the row split and register budget of float_matvec_avx512).
+static void bf16_matvec_halfstep_512(const MatvecCall &c, int64_t r0, int64_t r1) {
+    const int64_t groups = (c.T + 7) / 8, per = (c.T + groups - 1) / groups;
+    if (per <= 6) rows_bf16_all_512<4>(c, r0, r1, per);
+    else rows_bf16_all_512<3>(c, r0, r1, per);
+}
+
 }  // namespace
 }  // namespace lmt::cpu

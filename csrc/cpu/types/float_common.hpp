@@ -117,6 +117,27 @@ static inline void float_matvec_run(const MatvecCall &c, FloatKernel scalar, Flo
     });
 }
 
+// BF16 at T > 1 on AVX-512 (float_avx512.hpp rows_bf16_512) reads x in this "half-step" layout,
+// which lets a 64-byte load of 32 weights widen with a shift and a mask (no shuffle): step h of
+// the row (h = -1 .. H - 1, H = cols / 16) pairs lanes j = 0..7 with weight 16h + 2j (canonical
+// lane 2j) and lanes 8 + j with weight 16(h + 1) + 2j + 1 (canonical lane 2j + 1). Per activation
+// row (stride bf16_x_stride): 16 floats per step, x[16h + 2j] then x[16h + 17 + 2j] (0 outside
+// the row), then x[16H .. cols) as they are. The values are x's: only their order changes.
+static inline int64_t bf16_x_stride(int64_t cols) { return 16 * (cols / 16 + 1) + cols % 16; }
+static inline void bf16_x_layout(const float *x, int64_t T, int64_t cols, float *xp) {
+    const int64_t H = cols / 16, st = bf16_x_stride(cols);
+    for (int64_t t = 0; t < T; ++t) {
+        const float *xr = x + t * cols;
+        float *o = xp + t * st;
+        for (int64_t h = -1; h < H; ++h, o += 16)
+            for (int j = 0; j < 8; ++j) {
+                o[j] = h >= 0 ? xr[16 * h + 2 * j] : 0.0f;
+                o[8 + j] = h + 1 < H ? xr[16 * h + 17 + 2 * j] : 0.0f;
+            }
+        for (int64_t i = 16 * H; i < cols; ++i) *o++ = xr[i];
+    }
+}
+
 template <uint16_t (*Conv)(float)>
 static void float_quantize_16(const float *src, uint8_t *dst, int64_t rows, int64_t cols, int n_threads) {
     for_row_tasks(n_threads, rows, 256, [&](int64_t r0, int64_t r1) {

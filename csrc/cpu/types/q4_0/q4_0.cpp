@@ -253,17 +253,21 @@ void pair_layout(const I24Args &a, int16_t *ap, uint8_t *rp, float *srp) {
             const uint8_t *rt = a.r + t * a.cols + b * kQK, *ru = a.r + u * a.cols + b * kQK;
             int16_t *oa = ap + (p * nb + b) * 64;
             uint8_t *orr = rp + (p * nb + b) * 64;
-            float *os = srp + (p * nb + b) * 16;
             std::copy(at, at + 16, oa);
             std::copy(au, au + 16, oa + 16);
             std::copy(at + 16, at + 32, oa + 32);
             std::copy(au + 16, au + 32, oa + 48);
             std::copy(rt, rt + 32, orr);
             std::copy(ru, ru + 32, orr + 32);
-            std::fill(os, os + 8, a.sr[t * nb + b]);
-            std::fill(os + 8, os + 16, a.sr[u * nb + b]);
         }
     }
+    const int64_t pairs = a.T / 2;
+    for (int64_t q = 0; q < (pairs + 3) / 4; ++q)
+        for (int64_t b = 0; b < nb; ++b)
+            for (int64_t j = 0; j < 8; ++j) {
+                const int64_t t = 8 * q + j;
+                srp[(q * nb + b) * 8 + j] = t < 2 * pairs ? a.sr[t * nb + b] : 0.0f;
+            }
 }
 
 // The pass layout of I24Args::xp (q4_0_kernels.hpp): a copy of the prepared integers and scales.
@@ -282,7 +286,17 @@ void pass_layout(const I24Args &a, int64_t pass_rows, uint8_t *xp) {
     }
 }
 
-void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, float *logits) {
+// A batch's kernel and arguments, set up once (activations prepared) and run per row task.
+struct I24Run {
+    I24Args a;
+    void (*kernel)(const I24Args &, int64_t, int64_t);
+};
+struct F32Run {
+    Args a;
+    void (*kernel)(const Args &, int64_t, int64_t);
+};
+
+I24Run setup_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, float *logits) {
     const size_t n = (size_t)(T * c.cols);
     int16_t *xa = aligned64(xs.a, n);
     uint8_t *xr = aligned64(xs.r, n);
@@ -308,7 +322,7 @@ void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, flo
         if (T >= 2) {
             int16_t *ap = aligned64(xs.ap, n);
             uint8_t *rp = aligned64(xs.rp, n);
-            float *srp = aligned64(xs.srp, n / 4);
+            float *srp = aligned64(xs.srp, (size_t)((T / 2 + 3) / 4 * (c.cols / kQK) * 8));
             pair_layout(a, ap, rp, srp);
             a.ap = ap;
             a.rp = rp;
@@ -319,10 +333,10 @@ void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, flo
 #if defined(LMTAIL_HAVE_NEON)
     if (c.isa == Isa::Neon) kernel = matvec_i24_neon;
 #endif
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
-        kernel(a, r0, r1);
-        canonical_nans(logits, c.rows, T, r0, r1);
-    });
+    return {a, kernel};
+}
+
+void undo_row_exp(const MatvecCall &c, const I24Scratch &xs, int64_t T, float *logits) {
     for (int64_t t = 0; t < T; ++t) {
         if (xs.row_exp[t] == 0) continue;
         const float undo = std::ldexp(1.0f, -xs.row_exp[t]);  // a power of two: exact scaling
@@ -330,21 +344,64 @@ void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, flo
     }
 }
 
-void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
+// Rows per pool task (~240 KB at cols = 6656): amortises scheduling, balances two threads, and
+// stays in L2 between the two kernels of a mixed batch.
+constexpr int64_t kRowsPerTask = 64;
+
+void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, float *logits) {
+    const I24Run s = setup_i24(c, xs, x, T, logits);
+    for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+        s.kernel(s.a, r0, r1);
+        canonical_nans(logits, c.rows, T, r0, r1);
+    });
+    undo_row_exp(c, xs, T, logits);
+}
+
+F32Run setup_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
     const Args a{c.w, c.rows, c.cols, c.row_stride, x, T, logits};
     void (*kernel)(const Args &, int64_t, int64_t) = matvec_scalar;
 #if defined(LMTAIL_HAVE_X86)
-    // AVX-512 runs the AVX2 kernel: the same bytes, and Q4_0 at T = 1 is bound by the read.
-    if (c.isa == Isa::Avx2 || c.isa == Isa::Avx512) kernel = matvec_avx2;
+    if (c.isa == Isa::Avx2) kernel = matvec_avx2;
+    if (c.isa == Isa::Avx512) kernel = matvec_avx512;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
     if (c.isa == Isa::Neon) kernel = matvec_neon;
 #endif
-    // 64 rows per task (~240 KB at cols = 6656): amortises scheduling, balances two threads.
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
-        kernel(a, r0, r1);
+    return {a, kernel};
+}
+
+void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
+    const F32Run f = setup_f32(c, x, T, logits);
+    for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+        f.kernel(f.a, r0, r1);
         canonical_nans(logits, c.rows, T, r0, r1);
     });
+}
+
+// A batch with both kinds of rows in one pass over the weights: per row task the I24 kernel on
+// the integer rows, then the F32 kernel on the outlier rows while the task's weights are in L2
+// (two passes read the head from DRAM twice). Each logit is the same function of its own row.
+void run_mixed(const MatvecCall &c, I24Scratch &xs) {
+    const int64_t ni = (int64_t)xs.sel_int.size(), nf = (int64_t)xs.sel_f32.size();
+    float *xg = xs.xg.data(), *lg = xs.lg.data();
+    for (int64_t k = 0; k < ni; ++k)
+        std::memcpy(xg + k * c.cols, c.x + xs.sel_int[k] * c.cols, sizeof(float) * (size_t)c.cols);
+    for (int64_t k = 0; k < nf; ++k)
+        std::memcpy(xg + (ni + k) * c.cols, c.x + xs.sel_f32[k] * c.cols, sizeof(float) * (size_t)c.cols);
+    float *li = lg, *lf = lg + ni * c.rows;
+    const I24Run s = setup_i24(c, xs, xg, ni, li);
+    const F32Run f = setup_f32(c, xg + ni * c.cols, nf, lf);
+    for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+        s.kernel(s.a, r0, r1);
+        canonical_nans(li, c.rows, ni, r0, r1);
+        f.kernel(f.a, r0, r1);
+        canonical_nans(lf, c.rows, nf, r0, r1);
+    });
+    undo_row_exp(c, xs, ni, li);
+    for (int64_t k = 0; k < ni; ++k)
+        std::memcpy(c.logits + xs.sel_int[k] * c.rows, li + k * c.rows, sizeof(float) * (size_t)c.rows);
+    for (int64_t k = 0; k < nf; ++k)
+        std::memcpy(c.logits + xs.sel_f32[k] * c.rows, lf + k * c.rows, sizeof(float) * (size_t)c.rows);
 }
 
 void matvec(const MatvecCall &c) {
@@ -363,6 +420,10 @@ void matvec(const MatvecCall &c) {
     if (!xs.sel_f32.empty() && (int64_t)xs.sel_f32.size() < c.T) {
         if ((int64_t)xs.xg.size() < c.T * c.cols) xs.xg.resize((size_t)(c.T * c.cols));
         if ((int64_t)xs.lg.size() < c.T * c.rows) xs.lg.resize((size_t)(c.T * c.rows));
+    }
+    if (!xs.sel_f32.empty() && !xs.sel_int.empty()) {
+        run_mixed(c, xs);
+        return;
     }
     for_row_subset(xs.sel_int.data(), (int64_t)xs.sel_int.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
                    xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_i24(c, xs, x, T, out); });

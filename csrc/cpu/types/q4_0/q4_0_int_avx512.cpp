@@ -113,13 +113,21 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
         LMT_UNROLL
         for (int p = 0; p < P; ++p) facc[k][p] = _mm512_load_ps(acc[k][p]);
     }
+    // e = d * sr for the pass's 8 activation rows in one multiply per weight row; vpermps then
+    // spreads pair p's two (lanes 0-7: row 2p, 8-15: row 2p + 1): the same products, fewer FMA-pipe ops.
+    __m512i eidx[P];
+    LMT_UNROLL
+    for (int p = 0; p < P; ++p)
+        eidx[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)), _mm256_set1_epi32(2 * p + 1), 1);
+    const float *srp = a.srp + (p0 / 4) * nb * 8;
     for (int64_t b = b0; b < b1; ++b) {
-        __m512 d[R];
+        __m512 e8[R];
         __m512i q8[R], w0[R], w1[R];
+        const __m256 s8 = _mm256_load_ps(srp + b * 8);
         LMT_UNROLL
         for (int k = 0; k < R; ++k) {
             const uint8_t *blk = row[k] + (size_t)b * kBB;
-            d[k] = _mm512_set1_ps(f16_scale(blk));
+            e8[k] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(f16_scale(blk)), s8));
             const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)));
             q8[k] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srlv_epi16(v, cnt), m4), k8);
             w0[k] = _mm512_unpacklo_epi8(z, q8[k]);
@@ -131,14 +139,12 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
             const int16_t *ap = a.ap + pb * 64;
             const __m512i R8 = _mm512_load_si512(a.rp + pb * 64), A0 = _mm512_load_si512(ap),
                           A1 = _mm512_load_si512(ap + 32);
-            const __m512 SR = _mm512_load_ps(a.srp + pb * 16);
             LMT_UNROLL
             for (int k = 0; k < R; ++k) {
                 __m512i S = _mm512_dpbusd_epi32(z, R8, q8[k]);
                 S = _mm512_dpwssd_epi32(S, A0, w0[k]);
                 S = _mm512_dpwssd_epi32(S, A1, w1[k]);
-                // e = d * sr per lane: the scalar reference's one f32 product
-                facc[k][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(d[k], SR), facc[k][p]);
+                facc[k][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_permutexvar_ps(eidx[p], e8[k]), facc[k][p]);
             }
         }
     }

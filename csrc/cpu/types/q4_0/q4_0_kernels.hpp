@@ -26,6 +26,7 @@ struct Args {
 
 void matvec_scalar(const Args &a, int64_t r0, int64_t r1);
 void matvec_avx2(const Args &a, int64_t r0, int64_t r1);
+void matvec_avx512(const Args &a, int64_t r0, int64_t r1);  // T = 1: matvec_avx2
 void matvec_neon(const Args &a, int64_t r0, int64_t r1);
 
 // ---- Precision::I24 (the default): 24-bit block fixed-point activations -----------------------
@@ -56,10 +57,10 @@ struct I24Args {
     // u = 2p + 1 interleaved per block so one zmm serves both rows; per pair p and block b:
     //   ap:  64 words  a_2p[0..15] a_u[0..15] a_2p[16..31] a_u[16..31]   (a's block order above)
     //   rp:  64 bytes  r_2p[0..31] r_u[0..31]
-    //   srp: 16 floats sr_2p[b] x 8, sr_u[b] x 8
+    // and per pass of 4 pairs q and block b, srp: 8 floats sr_8q[b] .. sr_8q+7[b] (0 past the pairs)
     const int16_t *ap = nullptr;  // (T / 2, 2 * cols)
     const uint8_t *rp = nullptr;  // (T / 2, 2 * cols)
-    const float *srp = nullptr;   // (T / 2, cols / 32, 16)
+    const float *srp = nullptr;   // (ceil(T / 2 / 4), cols / 32, 8)
     // Isa::Avx2 with T >= 2 only (q4_0.cpp pass_layout fills them): activation rows in passes of
     // pass_rows (the last may be shorter); pass [t0, t0 + n) starts at xp + t0 * (cols / 32) *
     // kI24PassRecord, and holds per block b, per row t of the pass, one kI24PassRecord record:
