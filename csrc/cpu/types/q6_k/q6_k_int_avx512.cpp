@@ -3,9 +3,10 @@
 // operations are the same.
 //
 // Weights: per 32-weight quarter (sub-blocks j, j + 1) one zmm of 32 int16 w16 = sc * (q - 32):
-// the 6-bit codes of a half block are built 64 at a time (variable word shifts put each qh bit
-// pair at bits 4-5, vpternlogd merges them under the low nibble), sign-extended to words and
-// multiplied by the per-sub-block scales (vpermw spreads sc[j] / sc[j + 1] over the two halves).
+// the 6-bit codes are built as bytes (shifts put each qh bit pair at bits 4-5, vpternlogd merges
+// them under the low nibble), sign-extended to words and multiplied by the per-sub-block scales
+// (vpermw spreads sc[j] / sc[j + 1] over the two halves). T = 1 builds the bytes 32 at a time in
+// ymm (one quarter each, fed straight to the widening); T >= 2 64 at a time in zmm.
 // vpdpwssd lane m then holds weights 2m, 2m + 1: canonical lane k = m % 8 of sub-block j + m / 8.
 //   T = 1: one zmm accumulator per half for L (and C); lanes 0-7 + lanes 8-15 at the half's end.
 //   T >= 2: activation rows in pairs (q6k.hpp xap layout): the first zmm of a chunk holds row 2p's
@@ -23,12 +24,11 @@
 namespace lmt::cpu {
 namespace {
 
-#ifndef LMT_Q6K_R1
-#define LMT_Q6K_R1 1  // weight rows per pass of the single-row (T odd) kernel (2, 4: slower, spills)
-#endif
-#ifndef LMT_Q6K_PF
-#define LMT_Q6K_PF 2048  // prefetch distance in bytes ahead of the block being decoded
-#endif
+// Weight rows per pass of the single-row (T odd) kernel (2, 4: slower, spills).
+constexpr int kSingleRows = 1;
+// T = 1: L1 prefetch distance in bytes ahead of the block being decoded (1-6 KB and NTA measured
+// alike on the full head; an added L2 prefetch 8-16 KB ahead was slower).
+constexpr int kPrefetchAhead = 2048;
 
 struct ScIdx {
     alignas(64) int16_t v[8][32];
@@ -42,16 +42,10 @@ constexpr ScIdx make_sc_idx() {
 // vpermw indices: quarter p of a block takes scale words 2p (lanes 0-15) and 2p + 1 (16-31).
 alignas(64) constexpr ScIdx kScIdx = make_sc_idx();
 
+// The 4 lines (256 bytes >= one 210-byte block) `ahead` bytes past bk into L1.
+template <int ahead>
 static inline void prefetch_block(const lmt_block_q6_K *bk) {
-#if LMT_Q6K_PF > 0
-    const char *ahead = reinterpret_cast<const char *>(bk) + LMT_Q6K_PF;
-    _mm_prefetch(ahead, _MM_HINT_T0);
-    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    _mm_prefetch(ahead + 128, _MM_HINT_T0);
-    _mm_prefetch(ahead + 192, _MM_HINT_T0);
-#else
-    (void)bk;
-#endif
+    prefetch_lines<4>(reinterpret_cast<const char *>(bk) + ahead);
 }
 
 // The block's 16 scales as words (lanes 0-15 of the zmm; vpermw reads no others).
@@ -85,6 +79,30 @@ static inline void decode_half(const lmt_block_q6_K *bk, int h, __m512i s16, __m
                               _mm512_permutexvar_epi16(_mm512_load_si512(idx + 3), s16));
 }
 
+// The same w16 of half h, the bytes built one quarter per ymm: the widening then takes each
+// quarter straight from its register (the zmm form needs an extract for quarters 1 and 3) and the
+// shifts are immediates. Quarter q: low nibble of ql[64h + 32 (q & 1) + l] (q < 2) or its high
+// nibble, qh bits 2q, 2q + 1 at bits 4-5.
+static inline void decode_half_y(const lmt_block_q6_K *bk, int h, __m512i s16, __m512i W[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->ql + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->ql + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh + 32 * h));
+    // 0xE4: m4 ? nibble : high bits; the 16-bit shifts' carries across bytes land under the mask
+    // or in bits 6-7, which the 0x30 mask cleared.
+    const __m256i z[4] = {
+        _mm256_ternarylogic_epi32(l0, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30), m4, 0xE4),
+        _mm256_ternarylogic_epi32(l1, _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30), m4, 0xE4),
+        _mm256_ternarylogic_epi32(_mm256_srli_epi16(l0, 4), _mm256_and_si256(qh, m30), m4, 0xE4),
+        _mm256_ternarylogic_epi32(_mm256_srli_epi16(l1, 4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30), m4,
+                                  0xE4)};
+    const __m512i *idx = reinterpret_cast<const __m512i *>(kScIdx.v[4 * h]);
+    LMT_UNROLL
+    for (int q = 0; q < 4; ++q)
+        W[q] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(z[q], k32)),
+                                  _mm512_permutexvar_epi16(_mm512_load_si512(idx + q), s16));
+}
+
 static inline __m256i fold16(__m512i v) {
     return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
 }
@@ -111,14 +129,14 @@ static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
         LMT_UNROLL
         for (int k = 0; k < R; ++k) {
             const lmt_block_q6_K *bk = blocks[k] + b;
-            prefetch_block(bk);
+            prefetch_block<kPrefetchAhead>(bk);
             const __m512i s16 = block_scales(bk);
             const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
             const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
             LMT_UNROLL
             for (int h = 0; h < 2; ++h) {
                 __m512i W[4];
-                decode_half(bk, h, s16, W);
+                decode_half_y(bk, h, s16, W);
                 const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
                 __m512i L = _mm512_madd_epi16(W[0], ld(pa));
                 __m512i C = _mm512_madd_epi16(W[0], ld(pc));
@@ -141,9 +159,7 @@ static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
 // then stays in L1 for kGroup weight rows (row-major, every weight block re-read all of it from
 // L2, which bound the kernel), and the f32 accumulators wait in a small stack array.
 constexpr int64_t kGroup = 16;
-#ifndef LMT_Q6K_GPF
-#define LMT_Q6K_GPF 512  // prefetch distance per row in the block-major order (bytes)
-#endif
+constexpr int kGroupPrefetchAhead = 512;  // per row in the block-major order (bytes)
 
 template <int P>
 static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) {
@@ -169,15 +185,7 @@ static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) 
             for (int64_t i = 0; i < G; ++i) {
                 const lmt_block_q6_K *bk =
                     reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(g0 + i) * c.row_stride) + b;
-#if LMT_Q6K_GPF > 0
-                {
-                    const char *ahead = reinterpret_cast<const char *>(bk) + LMT_Q6K_GPF;
-                    _mm_prefetch(ahead, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 128, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 192, _MM_HINT_T0);
-                }
-#endif
+                prefetch_block<kGroupPrefetchAhead>(bk);
                 const __m512i s16 = block_scales(bk);
                 const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d))));
                 __m512 facc[P];
@@ -238,7 +246,7 @@ void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1) {
     }
     if (T % 2) {
         int64_t r = r0;
-        for (; r + LMT_Q6K_R1 <= r1; r += LMT_Q6K_R1) rows_single<LMT_Q6K_R1>(a, r, T - 1);
+        for (; r + kSingleRows <= r1; r += kSingleRows) rows_single<kSingleRows>(a, r, T - 1);
         for (; r < r1; ++r) rows_single<1>(a, r, T - 1);
     }
 }
