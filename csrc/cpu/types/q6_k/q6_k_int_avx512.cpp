@@ -3,10 +3,9 @@
 // operations are the same.
 //
 // Weights: per 32-weight quarter (sub-blocks j, j + 1) one zmm of 32 int16 w16 = sc * (q - 32):
-// the 6-bit codes are built as bytes (shifts put each qh bit pair at bits 4-5, vpternlogd merges
-// them under the low nibble), sign-extended to words and multiplied by the per-sub-block scales
-// (vpermw spreads sc[j] / sc[j + 1] over the two halves). T = 1 builds the bytes 32 at a time in
-// ymm (one quarter each, fed straight to the widening); T >= 2 64 at a time in zmm.
+// the 6-bit codes are built as bytes, one quarter per ymm (shifts put each qh bit pair at bits 4-5,
+// vpternlogd merges them under the low nibble), sign-extended to words and multiplied by the
+// per-sub-block scales (vpermw spreads sc[j] / sc[j + 1] over the two halves).
 // vpdpwssd lane m then holds weights 2m, 2m + 1: canonical lane k = m % 8 of sub-block j + m / 8.
 //   T = 1: one zmm accumulator per half for L (and C); lanes 0-7 + lanes 8-15 at the half's end.
 //   T >= 2: activation rows in pairs (q6k.hpp xap layout): the first zmm of a chunk holds row 2p's
@@ -54,36 +53,12 @@ static inline __m512i block_scales(const lmt_block_q6_K *bk) {
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(bk->scales))));
 }
 
-// w16 of half h: W[q] = weights 128h + 32q .. + 31 (blocks/q6_k.h: quarters 0-3 take ql[0..31] /
-// ql[32..63] low then high nibbles, with qh bit pairs 0-1, 2-3, 4-5, 6-7).
+// w16 of half h: W[q] = weights 128h + 32q .. + 31 (blocks/q6_k.h: quarter q takes the low (q < 2)
+// or high nibble of ql[64h + 32 (q & 1) + l] and qh bits 2q, 2q + 1). The bytes are built one
+// quarter per ymm, so the widening takes each straight from its register (64 at a time in a zmm
+// needed an extract for every other quarter: ~10% more cycles per block) and the shifts are
+// immediates.
 static inline void decode_half(const lmt_block_q6_K *bk, int h, __m512i s16, __m512i W[4]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
-    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);  // q0 | q1
-    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);  // q2 | q3
-    const __m512i lz = _mm512_loadu_si512(bk->ql + 64 * h);
-    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh + 32 * h)));
-    const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30);
-    const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30);
-    // 0xE4: m4 ? first : second (the low nibble from ql, bits 4-5 from qh; the word shift's carry
-    // into the neighbouring byte lands under the mask or in bits 6-7, which h01 / h23 cleared).
-    const __m512i z01 = _mm512_sub_epi8(_mm512_ternarylogic_epi32(lz, h01, m4, 0xE4), k32);
-    const __m512i z23 = _mm512_sub_epi8(_mm512_ternarylogic_epi32(_mm512_srli_epi16(lz, 4), h23, m4, 0xE4), k32);
-    const __m512i *idx = reinterpret_cast<const __m512i *>(kScIdx.v[4 * h]);
-    W[0] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(z01)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 0), s16));
-    W[1] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z01, 1)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 1), s16));
-    W[2] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(z23)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 2), s16));
-    W[3] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z23, 1)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 3), s16));
-}
-
-// The same w16 of half h, the bytes built one quarter per ymm: the widening then takes each
-// quarter straight from its register (the zmm form needs an extract for quarters 1 and 3) and the
-// shifts are immediates. Quarter q: low nibble of ql[64h + 32 (q & 1) + l] (q < 2) or its high
-// nibble, qh bits 2q, 2q + 1 at bits 4-5.
-static inline void decode_half_y(const lmt_block_q6_K *bk, int h, __m512i s16, __m512i W[4]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->ql + 64 * h));
     const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->ql + 64 * h + 32));
@@ -136,7 +111,7 @@ static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
             LMT_UNROLL
             for (int h = 0; h < 2; ++h) {
                 __m512i W[4];
-                decode_half_y(bk, h, s16, W);
+                decode_half(bk, h, s16, W);
                 const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
                 __m512i L = _mm512_madd_epi16(W[0], ld(pa));
                 __m512i C = _mm512_madd_epi16(W[0], ld(pc));
