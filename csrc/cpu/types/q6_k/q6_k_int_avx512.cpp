@@ -7,7 +7,8 @@
 // vpternlogd merges them under the low nibble), sign-extended to words and multiplied by the
 // per-sub-block scales (vpermw spreads sc[j] / sc[j + 1] over the two halves).
 // vpdpwssd lane m then holds weights 2m, 2m + 1: canonical lane k = m % 8 of sub-block j + m / 8.
-//   T = 1: one zmm accumulator per half for L (and C); lanes 0-7 + lanes 8-15 at the half's end.
+//   T = 1: one zmm accumulator per half for L (and C); lanes 0-7 + lanes 8-15 at the half's end;
+//   blocks outer over 16 weight rows (rows_single).
 //   T >= 2: activation rows in pairs (q6k.hpp xap layout): the first zmm of a chunk holds row 2p's
 //   sub-block j and row 2p + 1's sub-block j + 1, the second the other two, against the weights
 //   [j | j + 1] and [j + 1 | j]; so lanes 0-7 are row 2p's canonical L and lanes 8-15 row 2p + 1's,
@@ -23,11 +24,10 @@
 namespace lmt::cpu {
 namespace {
 
-// Weight rows per pass of the single-row (T odd) kernel (2, 4: slower, spills).
-constexpr int kSingleRows = 1;
-// T = 1: L1 prefetch distance in bytes ahead of the block being decoded (1-6 KB and NTA measured
-// alike on the full head; an added L2 prefetch 8-16 KB ahead was slower).
-constexpr int kPrefetchAhead = 2048;
+// One activation row (T odd): weight rows taken kSingleGroup at a time block-major, each row's
+// block prefetched kSingleAhead bytes (two blocks) ahead, kSingleGroup blocks of work before use.
+constexpr int64_t kSingleGroup = 16;
+constexpr int kSingleAhead = 2 * (int)sizeof(lmt_block_q6_K);
 
 struct ScIdx {
     alignas(64) int16_t v[8][32];
@@ -84,49 +84,52 @@ static inline __m256i fold16(__m512i v) {
 
 static inline __m512i ld(const int16_t *p) { return _mm512_loadu_si512(p); }
 
-// One activation row t in the natural layout, R weight rows at a time (independent chains; each
-// activation vector is loaded once for the R rows).
-template <int R>
-static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
+// One activation row t in the natural layout, for weight rows [r0, r1) taken kSingleGroup at a time
+// block-major: block b's activations (a and c, 1 KB) stay in L1 for the group's rows. Row after
+// row, every row re-read all its activations (26 KB at 6656 columns) while the weight stream went
+// through the same 32 KB L1: one thread on DRAM-sized weights ran 5-25% slower that way; with
+// L2-resident weights block-major is ~4% slower, and the 2-thread full head is the same either way.
+// Per row the f32 accumulation order is unchanged (blocks and halves in order); the accumulators
+// wait in a small stack array.
+static void rows_single(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t) {
     const MatvecCall &c = *a.c;
     const int64_t nb = c.cols / LMT_QK_K;
-    const lmt_block_q6_K *blocks[R];
-    __m256 facc[R];
-    LMT_UNROLL
-    for (int k = 0; k < R; ++k) {
-        blocks[k] = reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(r + k) * c.row_stride);
-        facc[k] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t tb = t * nb + b;
-        const float dx = a.dx[tb], dxc = a.dxc[tb];
-        const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
-        LMT_UNROLL
-        for (int k = 0; k < R; ++k) {
-            const lmt_block_q6_K *bk = blocks[k] + b;
-            prefetch_block<kPrefetchAhead>(bk);
-            const __m512i s16 = block_scales(bk);
-            const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
-            const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
-            LMT_UNROLL
-            for (int h = 0; h < 2; ++h) {
-                __m512i W[4];
-                decode_half(bk, h, s16, W);
-                const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
-                __m512i L = _mm512_madd_epi16(W[0], ld(pa));
-                __m512i C = _mm512_madd_epi16(W[0], ld(pc));
+    alignas(32) float acc[kSingleGroup][8];
+    for (int64_t g0 = r0; g0 < r1; g0 += kSingleGroup) {
+        const int64_t n = std::min(kSingleGroup, r1 - g0);
+        for (int64_t i = 0; i < n; ++i) _mm256_store_ps(acc[i], _mm256_setzero_ps());
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t tb = t * nb + b;
+            const float dx = a.dx[tb], dxc = a.dxc[tb];
+            const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
+            for (int64_t i = 0; i < n; ++i) {
+                const lmt_block_q6_K *bk =
+                    reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(g0 + i) * c.row_stride) + b;
+                prefetch_block<kSingleAhead>(bk);
+                const __m512i s16 = block_scales(bk);
+                const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
+                const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
+                __m256 facc = _mm256_load_ps(acc[i]);
                 LMT_UNROLL
-                for (int q = 1; q < 4; ++q) {
-                    L = _mm512_dpwssd_epi32(L, W[q], ld(pa + 32 * q));
-                    C = _mm512_dpwssd_epi32(C, W[q], ld(pc + 32 * q));
+                for (int h = 0; h < 2; ++h) {
+                    __m512i W[4];
+                    decode_half(bk, h, s16, W);
+                    const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
+                    __m512i L = _mm512_madd_epi16(W[0], ld(pa));
+                    __m512i C = _mm512_madd_epi16(W[0], ld(pc));
+                    LMT_UNROLL
+                    for (int q = 1; q < 4; ++q) {
+                        L = _mm512_dpwssd_epi32(L, W[q], ld(pa + 32 * q));
+                        C = _mm512_dpwssd_epi32(C, W[q], ld(pc + 32 * q));
+                    }
+                    facc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(L)), e, facc);
+                    facc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(C)), ec, facc);
                 }
-                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(L)), e, facc[k]);
-                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(C)), ec, facc[k]);
+                _mm256_store_ps(acc[i], facc);
             }
         }
+        for (int64_t i = 0; i < n; ++i) c.logits[t * c.rows + g0 + i] = hsum8_lanes(_mm256_load_ps(acc[i]));
     }
-    LMT_UNROLL
-    for (int k = 0; k < R; ++k) c.logits[t * c.rows + r + k] = hsum8_lanes(facc[k]);
 }
 
 // P row pairs p0 .. p0 + P - 1 (activation rows 2 p0 .. 2 (p0 + P) - 1) in the pair layout, for
@@ -219,11 +222,7 @@ void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1) {
             default: rows_pairs<4>(a, r0, r1, p0); break;
         }
     }
-    if (T % 2) {
-        int64_t r = r0;
-        for (; r + kSingleRows <= r1; r += kSingleRows) rows_single<kSingleRows>(a, r, T - 1);
-        for (; r < r1; ++r) rows_single<1>(a, r, T - 1);
-    }
+    if (T % 2) rows_single(a, r0, r1, T - 1);
 }
 
 }  // namespace lmt::cpu
