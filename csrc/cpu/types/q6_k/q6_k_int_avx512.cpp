@@ -3,11 +3,12 @@
 // operations are the same.
 //
 // Weights: per 32-weight quarter (sub-blocks j, j + 1) one zmm of 32 int16 w16 = sc * (q - 32):
-// the 6-bit codes of a half block are built 64 at a time (variable word shifts put each qh bit
-// pair at bits 4-5, vpternlogd merges them under the low nibble), sign-extended to words and
-// multiplied by the per-sub-block scales (vpermw spreads sc[j] / sc[j + 1] over the two halves).
+// the 6-bit codes are built as bytes, one quarter per ymm (shifts put each qh bit pair at bits 4-5,
+// vpternlogd merges them under the low nibble), sign-extended to words and multiplied by the
+// per-sub-block scales (vpermw spreads sc[j] / sc[j + 1] over the two halves).
 // vpdpwssd lane m then holds weights 2m, 2m + 1: canonical lane k = m % 8 of sub-block j + m / 8.
-//   T = 1: one zmm accumulator per half for L (and C); lanes 0-7 + lanes 8-15 at the half's end.
+//   T = 1: one zmm accumulator per half for L (and C); lanes 0-7 + lanes 8-15 at the half's end;
+//   blocks outer over 16 weight rows (rows_single).
 //   T >= 2: activation rows in pairs (q6k.hpp xap layout): the first zmm of a chunk holds row 2p's
 //   sub-block j and row 2p + 1's sub-block j + 1, the second the other two, against the weights
 //   [j | j + 1] and [j + 1 | j]; so lanes 0-7 are row 2p's canonical L and lanes 8-15 row 2p + 1's,
@@ -23,12 +24,10 @@
 namespace lmt::cpu {
 namespace {
 
-#ifndef LMT_Q6K_R1
-#define LMT_Q6K_R1 1  // weight rows per pass of the single-row (T odd) kernel (2, 4: slower, spills)
-#endif
-#ifndef LMT_Q6K_PF
-#define LMT_Q6K_PF 2048  // prefetch distance in bytes ahead of the block being decoded
-#endif
+// One activation row (T odd): weight rows taken kSingleGroup at a time block-major, each row's
+// block prefetched kSingleAhead bytes (two blocks) ahead, kSingleGroup blocks of work before use.
+constexpr int64_t kSingleGroup = 16;
+constexpr int kSingleAhead = 2 * (int)sizeof(lmt_block_q6_K);
 
 struct ScIdx {
     alignas(64) int16_t v[8][32];
@@ -42,16 +41,10 @@ constexpr ScIdx make_sc_idx() {
 // vpermw indices: quarter p of a block takes scale words 2p (lanes 0-15) and 2p + 1 (16-31).
 alignas(64) constexpr ScIdx kScIdx = make_sc_idx();
 
+// The 4 lines (256 bytes >= one 210-byte block) `ahead` bytes past bk into L1.
+template <int ahead>
 static inline void prefetch_block(const lmt_block_q6_K *bk) {
-#if LMT_Q6K_PF > 0
-    const char *ahead = reinterpret_cast<const char *>(bk) + LMT_Q6K_PF;
-    _mm_prefetch(ahead, _MM_HINT_T0);
-    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    _mm_prefetch(ahead + 128, _MM_HINT_T0);
-    _mm_prefetch(ahead + 192, _MM_HINT_T0);
-#else
-    (void)bk;
-#endif
+    prefetch_lines<4>(reinterpret_cast<const char *>(bk) + ahead);
 }
 
 // The block's 16 scales as words (lanes 0-15 of the zmm; vpermw reads no others).
@@ -60,29 +53,29 @@ static inline __m512i block_scales(const lmt_block_q6_K *bk) {
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(bk->scales))));
 }
 
-// w16 of half h: W[q] = weights 128h + 32q .. + 31 (blocks/q6_k.h: quarters 0-3 take ql[0..31] /
-// ql[32..63] low then high nibbles, with qh bit pairs 0-1, 2-3, 4-5, 6-7).
+// w16 of half h: W[q] = weights 128h + 32q .. + 31 (blocks/q6_k.h: quarter q takes the low (q < 2)
+// or high nibble of ql[64h + 32 (q & 1) + l] and qh bits 2q, 2q + 1). The bytes are built one
+// quarter per ymm, so the widening takes each straight from its register (64 at a time in a zmm
+// needed an extract for every other quarter: ~10% more cycles per block) and the shifts are
+// immediates.
 static inline void decode_half(const lmt_block_q6_K *bk, int h, __m512i s16, __m512i W[4]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
-    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);  // q0 | q1
-    const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);  // q2 | q3
-    const __m512i lz = _mm512_loadu_si512(bk->ql + 64 * h);
-    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh + 32 * h)));
-    const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m30);
-    const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m30);
-    // 0xE4: m4 ? first : second (the low nibble from ql, bits 4-5 from qh; the word shift's carry
-    // into the neighbouring byte lands under the mask or in bits 6-7, which h01 / h23 cleared).
-    const __m512i z01 = _mm512_sub_epi8(_mm512_ternarylogic_epi32(lz, h01, m4, 0xE4), k32);
-    const __m512i z23 = _mm512_sub_epi8(_mm512_ternarylogic_epi32(_mm512_srli_epi16(lz, 4), h23, m4, 0xE4), k32);
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
+    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->ql + 64 * h));
+    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->ql + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bk->qh + 32 * h));
+    // 0xE4: m4 ? nibble : high bits; the 16-bit shifts' carries across bytes land under the mask
+    // or in bits 6-7, which the 0x30 mask cleared.
+    const __m256i z[4] = {
+        _mm256_ternarylogic_epi32(l0, _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30), m4, 0xE4),
+        _mm256_ternarylogic_epi32(l1, _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30), m4, 0xE4),
+        _mm256_ternarylogic_epi32(_mm256_srli_epi16(l0, 4), _mm256_and_si256(qh, m30), m4, 0xE4),
+        _mm256_ternarylogic_epi32(_mm256_srli_epi16(l1, 4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30), m4,
+                                  0xE4)};
     const __m512i *idx = reinterpret_cast<const __m512i *>(kScIdx.v[4 * h]);
-    W[0] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(z01)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 0), s16));
-    W[1] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z01, 1)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 1), s16));
-    W[2] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_castsi512_si256(z23)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 2), s16));
-    W[3] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm512_extracti64x4_epi64(z23, 1)),
-                              _mm512_permutexvar_epi16(_mm512_load_si512(idx + 3), s16));
+    LMT_UNROLL
+    for (int q = 0; q < 4; ++q)
+        W[q] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(z[q], k32)),
+                                  _mm512_permutexvar_epi16(_mm512_load_si512(idx + q), s16));
 }
 
 static inline __m256i fold16(__m512i v) {
@@ -91,49 +84,52 @@ static inline __m256i fold16(__m512i v) {
 
 static inline __m512i ld(const int16_t *p) { return _mm512_loadu_si512(p); }
 
-// One activation row t in the natural layout, R weight rows at a time (independent chains; each
-// activation vector is loaded once for the R rows).
-template <int R>
-static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
+// One activation row t in the natural layout, for weight rows [r0, r1) taken kSingleGroup at a time
+// block-major: block b's activations (a and c, 1 KB) stay in L1 for the group's rows. Row after
+// row, every row re-read all its activations (26 KB at 6656 columns) while the weight stream went
+// through the same 32 KB L1: one thread on DRAM-sized weights ran 5-25% slower that way; with
+// L2-resident weights block-major is ~4% slower, and the 2-thread full head is the same either way.
+// Per row the f32 accumulation order is unchanged (blocks and halves in order); the accumulators
+// wait in a small stack array.
+static void rows_single(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t t) {
     const MatvecCall &c = *a.c;
     const int64_t nb = c.cols / LMT_QK_K;
-    const lmt_block_q6_K *blocks[R];
-    __m256 facc[R];
-    LMT_UNROLL
-    for (int k = 0; k < R; ++k) {
-        blocks[k] = reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(r + k) * c.row_stride);
-        facc[k] = _mm256_setzero_ps();
-    }
-    for (int64_t b = 0; b < nb; ++b) {
-        const int64_t tb = t * nb + b;
-        const float dx = a.dx[tb], dxc = a.dxc[tb];
-        const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
-        LMT_UNROLL
-        for (int k = 0; k < R; ++k) {
-            const lmt_block_q6_K *bk = blocks[k] + b;
-            prefetch_block(bk);
-            const __m512i s16 = block_scales(bk);
-            const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
-            const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
-            LMT_UNROLL
-            for (int h = 0; h < 2; ++h) {
-                __m512i W[4];
-                decode_half(bk, h, s16, W);
-                const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
-                __m512i L = _mm512_madd_epi16(W[0], ld(pa));
-                __m512i C = _mm512_madd_epi16(W[0], ld(pc));
+    alignas(32) float acc[kSingleGroup][8];
+    for (int64_t g0 = r0; g0 < r1; g0 += kSingleGroup) {
+        const int64_t n = std::min(kSingleGroup, r1 - g0);
+        for (int64_t i = 0; i < n; ++i) _mm256_store_ps(acc[i], _mm256_setzero_ps());
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t tb = t * nb + b;
+            const float dx = a.dx[tb], dxc = a.dxc[tb];
+            const int16_t *xa = a.xa + t * c.cols + b * LMT_QK_K, *xc = a.xc + t * c.cols + b * LMT_QK_K;
+            for (int64_t i = 0; i < n; ++i) {
+                const lmt_block_q6_K *bk =
+                    reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(g0 + i) * c.row_stride) + b;
+                prefetch_block<kSingleAhead>(bk);
+                const __m512i s16 = block_scales(bk);
+                const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d)));
+                const __m256 e = _mm256_set1_ps(d * dx), ec = _mm256_set1_ps(d * dxc);
+                __m256 facc = _mm256_load_ps(acc[i]);
                 LMT_UNROLL
-                for (int q = 1; q < 4; ++q) {
-                    L = _mm512_dpwssd_epi32(L, W[q], ld(pa + 32 * q));
-                    C = _mm512_dpwssd_epi32(C, W[q], ld(pc + 32 * q));
+                for (int h = 0; h < 2; ++h) {
+                    __m512i W[4];
+                    decode_half(bk, h, s16, W);
+                    const int16_t *pa = xa + 128 * h, *pc = xc + 128 * h;
+                    __m512i L = _mm512_madd_epi16(W[0], ld(pa));
+                    __m512i C = _mm512_madd_epi16(W[0], ld(pc));
+                    LMT_UNROLL
+                    for (int q = 1; q < 4; ++q) {
+                        L = _mm512_dpwssd_epi32(L, W[q], ld(pa + 32 * q));
+                        C = _mm512_dpwssd_epi32(C, W[q], ld(pc + 32 * q));
+                    }
+                    facc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(L)), e, facc);
+                    facc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(C)), ec, facc);
                 }
-                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(L)), e, facc[k]);
-                facc[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold16(C)), ec, facc[k]);
+                _mm256_store_ps(acc[i], facc);
             }
         }
+        for (int64_t i = 0; i < n; ++i) c.logits[t * c.rows + g0 + i] = hsum8_lanes(_mm256_load_ps(acc[i]));
     }
-    LMT_UNROLL
-    for (int k = 0; k < R; ++k) c.logits[t * c.rows + r + k] = hsum8_lanes(facc[k]);
 }
 
 // P row pairs p0 .. p0 + P - 1 (activation rows 2 p0 .. 2 (p0 + P) - 1) in the pair layout, for
@@ -141,9 +137,7 @@ static void rows_single(const Q6kI24Args &a, int64_t r, int64_t t) {
 // then stays in L1 for kGroup weight rows (row-major, every weight block re-read all of it from
 // L2, which bound the kernel), and the f32 accumulators wait in a small stack array.
 constexpr int64_t kGroup = 16;
-#ifndef LMT_Q6K_GPF
-#define LMT_Q6K_GPF 512  // prefetch distance per row in the block-major order (bytes)
-#endif
+constexpr int kGroupPrefetchAhead = 512;  // per row in the block-major order (bytes)
 
 template <int P>
 static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) {
@@ -169,15 +163,7 @@ static void rows_pairs(const Q6kI24Args &a, int64_t r0, int64_t r1, int64_t p0) 
             for (int64_t i = 0; i < G; ++i) {
                 const lmt_block_q6_K *bk =
                     reinterpret_cast<const lmt_block_q6_K *>(c.w + (size_t)(g0 + i) * c.row_stride) + b;
-#if LMT_Q6K_GPF > 0
-                {
-                    const char *ahead = reinterpret_cast<const char *>(bk) + LMT_Q6K_GPF;
-                    _mm_prefetch(ahead, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 64, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 128, _MM_HINT_T0);
-                    _mm_prefetch(ahead + 192, _MM_HINT_T0);
-                }
-#endif
+                prefetch_block<kGroupPrefetchAhead>(bk);
                 const __m512i s16 = block_scales(bk);
                 const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((int)bk->d))));
                 __m512 facc[P];
@@ -236,11 +222,7 @@ void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1) {
             default: rows_pairs<4>(a, r0, r1, p0); break;
         }
     }
-    if (T % 2) {
-        int64_t r = r0;
-        for (; r + LMT_Q6K_R1 <= r1; r += LMT_Q6K_R1) rows_single<LMT_Q6K_R1>(a, r, T - 1);
-        for (; r < r1; ++r) rows_single<1>(a, r, T - 1);
-    }
+    if (T % 2) rows_single(a, r0, r1, T - 1);
 }
 
 }  // namespace lmt::cpu
