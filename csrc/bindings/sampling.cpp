@@ -247,6 +247,117 @@ void bind_sampling(py::module_ &m) {
         py::gil_scoped_release nogil;
         smp::fill_penalties(d, x, n, c, nc, repeat, freq, present);
     }, py::arg("buf"), py::arg("logits"), py::arg("counts"), py::arg("repeat"), py::arg("freq"), py::arg("present"));
+    // Many rows in one call (lmtail.common_sampling.common_sample_rows): rows is a list of
+    // (row index into x, candidate buffer, ops, mask or None); every argument is checked here, with
+    // the GIL held, then the rows run on the pool without it. Returns, per row, (offset, size,
+    // selected, sorted, used, error): used has bit j set when op j consumed its draw.
+    m.def("sampling_run_rows", [](py::array x, py::list rows, int threads) {
+        lmt::bind::check_dtype<float>(x, "logits");
+        if (x.ndim() != 2 || x.strides(1) != (py::ssize_t)sizeof(float) || !lmt::bind::is_aligned(x) ||
+            x.strides(0) % (py::ssize_t)sizeof(float) != 0)
+            throw lmt::ArgumentError("logits: expected a 2-D float32 array with contiguous, aligned rows");
+        const size_t B = (size_t)x.shape(0), n = (size_t)x.shape(1);
+        if (n == 0) throw lmt::ArgumentError("logits: expected rows of at least one value");
+        const size_t nr = (size_t)py::len(rows);
+        std::vector<smp::RowPlan> plans(nr);
+        std::vector<py::array> keep;  // masks converted here stay alive until the rows have run
+        for (size_t i = 0; i < nr; ++i) {
+            py::tuple t = rows[i].cast<py::tuple>();
+            if (t.size() != 4) throw lmt::ArgumentError("rows: expected (row, buffer, ops, mask) tuples");
+            const int64_t r = t[0].cast<int64_t>();
+            if (r < 0 || (size_t)r >= B) throw lmt::ArgumentError("rows: row index out of range");
+            smp::RowPlan &pl = plans[i];
+            pl.x = reinterpret_cast<const float *>(static_cast<const char *>(x.data()) + r * x.strides(0));
+            pl.n = n;
+            pl.d = window(t[1].cast<py::array>(), 0, n);
+            if (!t[3].is_none()) {
+                py::array mk = t[3].cast<py::array>();
+                if (mk.ndim() != 1 || (size_t)mk.shape(0) != n || mk.itemsize() != 1 || mk.dtype().kind() != 'b' ||
+                    !(mk.flags() & py::array::c_style))
+                    throw lmt::ArgumentError("mask: expected a C-contiguous bool array of n_vocab entries");
+                keep.push_back(mk);
+                pl.mask = static_cast<const uint8_t *>(mk.data());
+            }
+            py::list ops = t[2].cast<py::list>();
+            if (py::len(ops) > 64) throw lmt::ArgumentError("ops: at most 64 per row");
+            pl.ops.resize(py::len(ops));
+            for (size_t j = 0; j < pl.ops.size(); ++j) {
+                py::tuple o = ops[j].cast<py::tuple>();
+                if (o.size() == 0) throw lmt::ArgumentError("ops: expected (kind, ...) tuples");
+                smp::RowOp &op = pl.ops[j];
+                op.kind = o[0].cast<int32_t>();
+                auto need = [&](size_t k) {
+                    if (o.size() != k) throw lmt::ArgumentError("ops: op " + std::to_string(op.kind) + " expects " +
+                                                                std::to_string(k - 1) + " arguments");
+                };
+                auto f = [&](size_t k) { return (float)o[k].cast<double>(); };
+                switch (op.kind) {
+                case smp::kOpPenalties: {
+                    need(6);
+                    py::array c = o[1].cast<py::array>();
+                    op.counts = vec_of<int32_t>(c, "counts");
+                    op.n_counts = (size_t)c.shape(0);
+                    op.ids = o[2].cast<std::vector<int32_t>>();
+                    op.f0 = f(3), op.f1 = f(4), op.f2 = f(5);  // ids: read only while the array is fresh
+                    break;
+                }
+                case smp::kOpBias:
+                    need(3);
+                    op.ids = o[1].cast<std::vector<int32_t>>();
+                    op.vals = o[2].cast<std::vector<float>>();
+                    if (op.ids.size() != op.vals.size()) throw lmt::ArgumentError("ops: bias ids and values differ in length");
+                    for (size_t q = 0; q < j; ++q)
+                        if (pl.ops[q].kind != smp::kOpPenalties && pl.ops[q].kind != smp::kOpBias)
+                            throw lmt::ArgumentError("ops: a logit-bias op must come before every other kind");
+                    break;
+                case smp::kOpTopK:
+                    need(2);
+                    op.z0 = o[1].cast<size_t>();
+                    if (op.z0 == 0) throw lmt::ArgumentError("ops: top-k needs k > 0");
+                    break;
+                case smp::kOpTopP:
+                case smp::kOpMinP:
+                case smp::kOpTypical:
+                    need(3);
+                    op.f0 = f(1);
+                    op.z0 = o[2].cast<size_t>();
+                    break;
+                case smp::kOpTemp:
+                case smp::kOpTopNSigma:
+                    need(2);
+                    op.f0 = f(1);
+                    break;
+                case smp::kOpTempExtDyn:
+                    need(4);
+                    op.f0 = f(1), op.f1 = f(2), op.f2 = f(3);
+                    break;
+                case smp::kOpGreedy:
+                case smp::kOpGreedyFresh:
+                    need(1);
+                    break;
+                case smp::kOpDist:
+                    need(2);
+                    op.u = o[1].cast<double>();
+                    break;
+                default:
+                    throw lmt::ArgumentError("ops: unknown op kind " + std::to_string(op.kind));
+                }
+            }
+        }
+        {
+            py::gil_scoped_release nogil;
+            smp::run_rows(plans.data(), plans.size(), lmt::core::resolve_threads(threads));
+        }
+        py::list out(nr);
+        for (size_t i = 0; i < nr; ++i) {
+            const smp::RowPlan &pl = plans[i];
+            uint64_t used = 0;
+            for (size_t j = 0; j < pl.ops.size(); ++j)
+                if (pl.ops[j].used) used |= (uint64_t)1 << j;
+            out[i] = py::make_tuple(pl.offset, pl.size, pl.selected, pl.sorted, used, pl.error);
+        }
+        return out;
+    }, py::arg("x"), py::arg("rows"), py::arg("threads"));
     m.def("sampling_set_threads", &smp::set_threads, py::arg("n"));
     m.def("sampling_get_threads", &smp::get_threads);
     // Scalar libm helpers (the platform's, as the reference build calls them).

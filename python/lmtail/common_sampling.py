@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import Candidates, SamplingError, TopKRows
+from . import _core
+from ._validate import float32_array, threads_arg
+from .errors import ParameterError, ShapeError
+from .sampling import Candidates, Chain, SamplingError, TopKRows
+from .sampling import samplers as S
 from .sampling.topk_route import STATS, _grammar_constrains
 
-__all__ = ["common_sample", "common_sample_row"]
+__all__ = ["common_sample", "common_sample_row", "common_sample_rows"]
 
 
 def _mask_candidates(c, grammar) -> None:
@@ -103,3 +107,193 @@ def _selected(chain, c) -> int:
     if not 0 <= c.selected < c.size:
         raise SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size})")
     return int(c.buf["id"][c.offset + c.selected])
+
+
+# ---- many rows at once ------------------------------------------------------------------------
+# The samplers of a chain that lmtail._core.sampling_run_rows runs itself, as (kind, args...) ops
+# (the kinds of csrc/cpu/sampling.hpp's RowOpKind). Exact types only: a subclass may override
+# apply. A function returns None when the sampler would do nothing in apply (llama.cpp's own
+# early returns, checked at call time as apply checks them).
+def _op_penalties(s):
+    if s.disabled(s.last_n, s.repeat, s.freq, s.present):
+        return None
+    return (1, s.counts, list(s.prev), s.repeat, s.freq, s.present)
+
+
+def _op_bias(s):
+    if not s.biases:
+        return None
+    return (2, [t for t, _ in s.biases], [float(b) for _, b in s.biases])
+
+
+_ROW_OPS = {
+    S.Penalties: _op_penalties,
+    S.LogitBias: _op_bias,
+    S.TopK: lambda s: (3, s.k) if s.k > 0 else None,
+    S.TopP: lambda s: (4, s.p, s.min_keep) if s.p < 1.0 else None,
+    S.MinP: lambda s: (5, s.p, s.min_keep) if s.p > 0.0 else None,
+    S.Typical: lambda s: (6, s.p, s.min_keep) if s.p < 1.0 else None,
+    S.Temp: lambda s: (7, s.t),
+    S.TempExt: lambda s: (8, s.t, s.delta, s.exponent) if s.delta > 0 else (7, s.t),
+    S.TopNSigma: lambda s: (9, s.n) if s.n > 0.0 else None,
+    S.Greedy: lambda s: (10,),
+    S.Dist: lambda s: (11, None),  # the draw is made by _plan
+}
+_SKIP = S.Empty
+_GREEDY_FRESH = [(12,)]
+
+
+def _plan(chain):
+    """(ops, stop, draws): the ops for the chain's samplers [0, stop) (the rest run in Python),
+    and for each dist op (op index, sampler, its engine before the draw made for it)."""
+    ops: list = []
+    draws: list = []
+    fresh = True  # the array is still in id order with every token (a logit-bias op needs that)
+    samplers = chain.samplers
+    for j, s in enumerate(samplers):
+        t = type(s)
+        if t is _SKIP:
+            continue
+        f = _ROW_OPS.get(t)
+        if f is None or len(ops) == 64:
+            return ops, j, draws
+        op = f(s)
+        if op is None:
+            continue
+        kind = op[0]
+        if kind == 2 and not fresh:
+            return ops, j, draws
+        if kind > 2:
+            fresh = False
+        if kind == 11:
+            rng = s.rng
+            draws.append((len(ops), s, rng.copy()))
+            op = (11, rng.uniform_double(s.stdlib))
+        ops.append(op)
+    return ops, len(samplers), draws
+
+
+def _finish(chain, plan, res, grammar_row: bool) -> int:
+    """Give back the draws the row did not use, run the chain's remaining samplers in Python,
+    and return the selected token (chain.last as the single-row call leaves it)."""
+    ops, stop, draws = plan
+    off, size, sel, srt, used, err = res
+    for j, s, rng0 in draws:
+        if not (used >> j) & 1:
+            s.rng.assign(rng0)
+    if err:
+        raise _RowFallback()
+    if ops is _GREEDY_FRESH:
+        chain.last = None
+        return sel
+    c = Candidates(chain._buf, size, offset=off, selected=sel, sorted=srt)
+    for s in chain.samplers[stop:]:
+        s.apply(c)
+    chain.last = c
+    if not 0 <= c.selected < c.size:
+        if grammar_row:
+            _selected(chain, c)
+        raise SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size}); "
+                            "end it with a terminal sampler (dist, greedy, mirostat...)")
+    return int(c.buf[c.offset + c.selected][0])
+
+
+class _RowFallback(Exception):
+    """The row met a state the C++ rows leave to the single-row path (which reports it)."""
+
+
+def common_sample_rows(chains, logits, grammars=None, *, threads=None) -> np.ndarray:
+    """One token per row, int32 (B,): row r is exactly ``common_sample(chains[r], logits[r],
+    grammars[r])`` -- the same token, the same RNG draws, the same ``chain.last``.
+
+    ``chains``: B distinct :class:`~lmtail.sampling.Chain` of one n_vocab; ``logits``: (B, n_vocab)
+    float32 (any host array form ``common_sample`` takes); ``grammars``: None or B entries (None
+    for a row without one).  Nothing is accepted.  The logits fill, the fused leading samplers
+    (penalties, logit-bias, top-k read straight from the row) and the built-in samplers after
+    them run in C++ for all rows at once, without the GIL, rows split over ``threads`` (None: the
+    core's default); only grammar checks, RNG draws and samplers without a C++ path run in Python.
+    A row's result depends on nothing else: not the other rows, not the thread count.
+    All or nothing: if a row raises, no chain's state has advanced.
+    """
+    if isinstance(chains, Chain) or not hasattr(chains, "__len__"):
+        raise ParameterError(f"chains: expected a sequence of lmtail.sampling.Chain; found {type(chains).__name__}")
+    chains = list(chains)
+    if not chains:
+        raise ParameterError("chains: expected at least one chain")
+    for c in chains:
+        if not isinstance(c, Chain):
+            raise ParameterError(f"chains: expected lmtail.sampling.Chain entries; found {type(c).__name__}")
+    if len({id(c) for c in chains}) != len(chains):
+        raise ParameterError("chains: a chain appears twice (each row needs its own chain: RNG streams, buffer)")
+    V = chains[0].n_vocab
+    if any(c.n_vocab != V for c in chains):
+        raise ShapeError(f"chains: expected one n_vocab; found {sorted({c.n_vocab for c in chains})}")
+    if grammars is None:
+        grammars = [None] * len(chains)
+    else:
+        grammars = list(grammars)
+        if len(grammars) != len(chains):
+            raise ShapeError(f"grammars: expected {len(chains)} entries (one per chain, None for none); "
+                             f"found {len(grammars)}")
+        live = [id(g) for g in grammars if g is not None]
+        if len(set(live)) != len(live):
+            raise ParameterError("grammars: a grammar appears twice (each row needs its own parse state)")
+    x = float32_array(logits, "logits", ndims=(2,))
+    if x.shape != (len(chains), V):
+        raise ShapeError(f"logits: expected shape ({len(chains)}, {V}) (one row per chain, n_vocab); found {x.shape}")
+    t = threads_arg(threads)
+    return _sample_rows(chains, x, grammars, t if t else int(_core.default_threads()))
+
+
+def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
+    B = len(chains)
+    out = np.empty(B, np.int32)
+    saved = [c._save("apply") for c in chains]
+    r = 0
+    try:
+        plans = []
+        items = []
+        for r, (c, g) in enumerate(zip(chains, grammars)):
+            p = (_GREEDY_FRESH, len(c.samplers), ()) if g is None and c._greedy_only else _plan(c)
+            plans.append(p)
+            items.append((r, c._buf, p[0], None))
+        res = _core.sampling_run_rows(x, items, threads)
+        again = []
+        for r in range(B):
+            c, g = chains[r], grammars[r]
+            try:
+                tok = _finish(c, plans[r], res[r], g is not None)
+            except _RowFallback:
+                c._load(saved[r])
+                out[r] = common_sample(c, x[r], g)
+                continue
+            if g is not None and not g.allows(tok):
+                again.append(r)
+            out[r] = tok
+        if again:  # llama-server's resample: the whole chain again on the masked row
+            plans = {}
+            items = []
+            for r in list(again):
+                m = grammars[r].mask()
+                if not (isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.shape == (x.shape[1],)):
+                    # not a mask of n_vocab flags: the single-row path (and its error, if any)
+                    again.remove(r)
+                    chains[r]._load(saved[r])
+                    out[r] = common_sample(chains[r], x[r], grammars[r])
+                    continue
+                plans[r] = _plan(chains[r])
+                items.append((r, chains[r]._buf, plans[r][0], np.ascontiguousarray(m)))
+            res = _core.sampling_run_rows(x, items, threads) if items else []
+            for r, rr in zip(again, res):
+                try:
+                    out[r] = _finish(chains[r], plans[r], rr, True)
+                except _RowFallback:
+                    chains[r]._load(saved[r])
+                    out[r] = common_sample(chains[r], x[r], grammars[r])
+    except BaseException as e:
+        for c, sv in zip(chains, saved):
+            c._load(sv)
+        if note is not None and hasattr(e, "add_note"):
+            e.add_note(note(r))
+        raise
+    return out

@@ -39,7 +39,7 @@ import numpy as np
 
 from . import _core
 from ._validate import float32_array, threads_arg
-from .common_sampling import common_sample, common_sample_row
+from .common_sampling import _sample_rows, common_sample_row
 from .errors import ParameterError, ShapeError
 from .sampling import Chain, TopKRows, batch_topk_needed, topk_needed
 from .serving_params import OPENAI_PARAMS, batch_logprobs, from_openai, from_vllm, openai_logprobs
@@ -241,8 +241,8 @@ class Batch:
         if x.shape != (B, self.n_vocab):
             raise ShapeError(f"logits: expected shape ({B}, {self.n_vocab}) (one row per slot, n_vocab); found {x.shape}")
         slots = self._slots
-        grammars = [self._grammar(s) for s in slots]
-        return self._run(lambda r: common_sample(slots[r].chain, x[r], grammars[r]), B)
+        return _sample_rows([s.chain for s in slots], x, [s.grammar for s in slots], self.threads,
+                            note=lambda r: f"lmtail.serving.Batch: row {r} ({slots[r]!r}); no row advanced")
 
     def topk_needed(self, n_probs: int = 0, suppressed=()) -> list[int]:
         """Per row, the k its chain needs for the top-k read-back route (0: the whole row), as
