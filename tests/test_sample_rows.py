@@ -220,3 +220,61 @@ def test_errors_are_typed_and_advance_nothing():
     y = np.random.default_rng(1).standard_normal((2, 2 * V)).astype(np.float32)[:, ::2]
     a, b = common_chain(V, seed=4), common_chain(V, seed=4)
     assert common_sample_rows([a], y[:1])[0] == common_sample(b, np.ascontiguousarray(y[0]))
+
+
+def _boom_chain(seed, n):
+    """top-k 20 -> a sampler defined outside lmtail (a Python tail) raising on its n-th apply -> dist."""
+    from lmtail.sampling import samplers as S
+
+    class Boom(S.Sampler):
+        name = "boom"
+        calls = 0
+
+        def apply(self, c):
+            Boom.calls += 1
+            if Boom.calls == n:
+                raise RuntimeError("boom")
+
+    ch = Chain([("top_k", 20), ("dist", seed)], V)
+    return Chain(ch.spec, V, _samplers=ch.samplers[:1] + [Boom()] + ch.samplers[1:])
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_a_python_tail_that_raises_midway_advances_no_row(threads):
+    B = 16
+    rows = [common_chain(V, seed=i, **PEN) for i in range(B)]
+    rows[9] = _boom_chain(3, 1)
+    x = np.random.default_rng(2).standard_normal((B, V)).astype(np.float32)
+    snaps = [c.snapshot() for c in rows]
+    with pytest.raises(RuntimeError, match="boom"):
+        common_sample_rows(rows, x, threads=threads)
+    assert [c.snapshot() for c in rows] == snaps
+    ref = [common_chain(V, seed=i, **PEN) for i in range(B)]
+    got = common_sample_rows(rows[:9], x[:9], threads=threads)  # the same rows again: as if never run
+    assert got.tolist() == [common_sample(c, x[r]) for r, c in enumerate(ref[:9])]
+
+
+def test_rows_job_misuse_is_a_typed_error():
+    from lmtail import _core
+    from lmtail.errors import LmtailError
+
+    x = np.zeros((2, V), np.float32)
+    c = common_chain(V, seed=1)
+    job = _core.SamplingRows(x, 2, 2)
+    with pytest.raises(LmtailError):
+        job.result(0)  # not added
+    job.add((0, c._buf, [(3, 5), (11, 0.5)], None))
+    with pytest.raises(LmtailError):
+        job.add((5, c._buf, [], None))  # row index out of range
+    assert job.result(0)[1] == 5
+    job.close()
+    with pytest.raises(LmtailError):
+        job.add((1, c._buf, [], None))
+    with pytest.raises(LmtailError):
+        _core.SamplingRows(x, 0, 2)
+    with pytest.raises(LmtailError):
+        _core.sampling_run_rows(x, [(0, c._buf, [(99,)], None)], 1)
+    with pytest.raises(LmtailError):
+        _core.sampling_run_rows(x, [(0, c._buf, [(3, 5), (2, [1], [1.0])], None)], 1)  # bias after top-k
+    with pytest.raises(LmtailError):
+        _core.sampling_run_rows(x, [(0, c._buf, [], np.ones(V - 1, bool))], 1)

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace lmt::sampling {
@@ -161,5 +162,27 @@ struct RowPlan {
 
 // Every row, split over `threads` (rows are tasks; a row never depends on the thread count).
 void run_rows(RowPlan *rows, size_t n_rows, int threads);
+
+// The same rows, started as they are added and collected one by one, so that the caller's own
+// work between rows (Python: planning the next row, finishing the last one) overlaps the helper
+// threads' rows. add() publishes row k (rows are added in order, at most n); wait(k) returns
+// when row k has run, running unclaimed rows itself meanwhile (so it always makes progress, even
+// with no helper scheduled). close() stops handing out rows and waits for those in flight: after
+// it no thread touches a row's memory. Rows run by whichever thread claims them: the result of
+// a row is the same either way.
+class RowsJob {
+  public:
+    RowsJob(size_t n, int threads);
+    ~RowsJob();
+    RowPlan &slot(size_t k);  // row k's plan, to fill before add(k)
+    void add(size_t k);
+    const RowPlan &wait(size_t k);
+    void close();
+
+    struct State;
+
+  private:
+    std::shared_ptr<State> st_;
+};
 
 }  // namespace lmt::sampling

@@ -11,10 +11,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
+#include <chrono>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <numeric>
+#include <thread>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -977,6 +982,148 @@ void run_rows(RowPlan *rows, size_t n_rows, int threads) {
         return;
     }
     core::parallel_for(threads, (int64_t)n_rows, [rows](int64_t i) { run_row(rows[(size_t)i]); });
+}
+
+// ---- rows started as they are added (RowsJob) --------------------------------------------------
+
+struct RowsJob::State {
+    std::vector<RowPlan> plans;  // sized once: rows never move
+    std::unique_ptr<std::atomic<uint8_t>[]> done;
+    std::atomic<size_t> ready{0};  // rows [0, ready) are published
+    std::atomic<size_t> next{0};   // next row to claim
+    std::atomic<bool> closed{false};
+
+    // Claim and run one published row; false when none is claimable now. (close() sets next to
+    // SIZE_MAX, so no claim succeeds after it.)
+    bool run_one() {
+        size_t i = next.load(std::memory_order_relaxed);
+        for (;;) {
+            if (i >= ready.load(std::memory_order_acquire)) return false;
+            if (next.compare_exchange_weak(i, i + 1, std::memory_order_acq_rel)) break;
+        }
+        run_row(plans[i]);
+        done[i].store(1, std::memory_order_release);
+        return true;
+    }
+};
+
+namespace {
+
+#if defined(__x86_64__) || defined(_M_X64)
+inline void cpu_relax() { _mm_pause(); }
+#else
+inline void cpu_relax() { std::this_thread::yield(); }
+#endif
+
+// Waiting for another thread of this job: spin briefly, then yield the CPU, then sleep a little.
+// On a machine with fewer free CPUs than threads the thread waited for may be the one that needs
+// this CPU, so a long spin would only delay it.
+inline void backoff(int n) {
+    if (n < 2000) {
+        cpu_relax();
+    } else if (n < 4000) {
+        std::this_thread::yield();
+    } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}
+
+// Persistent helper threads for RowsJob (separate from core::parallel_for's pool, whose calls
+// block their caller). A helper takes the newest job, runs its rows while any are claimable,
+// and spins briefly for more before sleeping.
+class RowsHelpers {
+  public:
+    void start(const std::shared_ptr<RowsJob::State> &job, int n) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            while ((int)threads_.size() < n) threads_.emplace_back([this] { loop(); });
+            job_ = job;
+            want_ = n;
+            ++gen_;
+            gen_atomic_.store(gen_, std::memory_order_release);
+        }
+        cv_.notify_all();
+    }
+
+  private:
+    void loop() {
+        uint64_t seen = 0;
+        for (;;) {
+            std::shared_ptr<RowsJob::State> job;
+            // Spin a little for the next job before sleeping (a decode loop samples every few ms).
+            for (int spin = 0; spin < 2000 && gen_atomic_.load(std::memory_order_acquire) == seen; ++spin) cpu_relax();
+            {
+                std::unique_lock<std::mutex> lk(mu_);
+                cv_.wait(lk, [&] { return gen_ != seen; });
+                seen = gen_;
+                if (want_ <= 0) continue;
+                --want_;
+                job = job_;
+            }
+            if (!job) continue;
+            // Run rows while the job is open; between rows added one at a time, spin a little.
+            for (int idle = 0; !job->closed.load(std::memory_order_acquire);) {
+                if (job->run_one()) {
+                    idle = 0;
+                } else if (job->ready.load(std::memory_order_acquire) >= job->plans.size() &&
+                           job->next.load(std::memory_order_acquire) >= job->plans.size()) {
+                    break;  // every row is claimed
+                } else {
+                    backoff(++idle);
+                }
+            }
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::thread> threads_;
+    std::shared_ptr<RowsJob::State> job_;
+    int want_ = 0;
+    uint64_t gen_ = 0;
+    std::atomic<uint64_t> gen_atomic_{0};
+};
+
+RowsHelpers &rows_helpers() {
+    static RowsHelpers *h = new RowsHelpers();  // leaked on purpose, as core's pool
+    return *h;
+}
+
+}  // namespace
+
+RowsJob::RowsJob(size_t n, int threads) : st_(std::make_shared<State>()) {
+    st_->plans.resize(n);
+    st_->done.reset(new std::atomic<uint8_t>[n]);
+    for (size_t i = 0; i < n; ++i) st_->done[i].store(0, std::memory_order_relaxed);
+    if (threads > 1 && n > 1) rows_helpers().start(st_, std::min<int>(threads - 1, (int)n - 1));
+}
+
+RowsJob::~RowsJob() { close(); }
+
+RowPlan &RowsJob::slot(size_t k) { return st_->plans[k]; }
+
+void RowsJob::add(size_t k) { st_->ready.store(k + 1, std::memory_order_release); }
+
+const RowPlan &RowsJob::wait(size_t k) {
+    State &s = *st_;
+    for (int n = 0; !s.done[k].load(std::memory_order_acquire);) {
+        if (s.run_one()) {
+            n = 0;
+        } else {
+            backoff(++n);  // row k is running on a helper: it ends within one row's time
+        }
+    }
+    return s.plans[k];
+}
+
+void RowsJob::close() {
+    State &s = *st_;
+    if (s.closed.exchange(true, std::memory_order_acq_rel)) return;
+    // No row is claimed from now on; wait for the claimed ones (their memory belongs to the caller).
+    const size_t claimed = std::min(s.next.exchange(SIZE_MAX, std::memory_order_acq_rel), s.plans.size());
+    for (size_t i = 0; i < claimed; ++i) {
+        for (int n = 0; !s.done[i].load(std::memory_order_acquire);) backoff(++n);
+    }
 }
 
 }  // namespace lmt::sampling

@@ -150,11 +150,14 @@ def _plan(chain):
     draws: list = []
     fresh = True  # the array is still in id order with every token (a logit-bias op needs that)
     samplers = chain.samplers
-    for j, s in enumerate(samplers):
+    get = _ROW_OPS.get
+    j = -1
+    for s in samplers:
+        j += 1
         t = type(s)
         if t is _SKIP:
             continue
-        f = _ROW_OPS.get(t)
+        f = get(t)
         if f is None or len(ops) == 64:
             return ops, j, draws
         op = f(s)
@@ -187,15 +190,18 @@ def _finish(chain, plan, res, grammar_row: bool) -> int:
         chain.last = None
         return sel
     c = Candidates(chain._buf, size, offset=off, selected=sel, sorted=srt)
-    for s in chain.samplers[stop:]:
-        s.apply(c)
+    samplers = chain.samplers
+    if stop < len(samplers):
+        for s in samplers[stop:]:
+            s.apply(c)
     chain.last = c
-    if not 0 <= c.selected < c.size:
+    sel = c.selected
+    if not 0 <= sel < c.size:
         if grammar_row:
             _selected(chain, c)
         raise SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size}); "
                             "end it with a terminal sampler (dist, greedy, mirostat...)")
-    return int(c.buf[c.offset + c.selected][0])
+    return int(c.buf[c.offset + sel][0])
 
 
 class _RowFallback(Exception):
@@ -245,26 +251,50 @@ def common_sample_rows(chains, logits, grammars=None, *, threads=None) -> np.nda
     return _sample_rows(chains, x, grammars, t if t else int(_core.default_threads()))
 
 
+def _rollback(chain, saved) -> None:
+    """Put a row's chain back as it was before _sample_rows touched it."""
+    draws, full, last = saved
+    if full is not None:
+        chain._load(full)
+    for _, s, rng0 in draws:  # the dist engines before the first draw made for them
+        s.rng.assign(rng0)
+    chain.last = last
+
+
 def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
     B = len(chains)
     out = np.empty(B, np.int32)
-    saved = [c._save("apply") for c in chains]
+    saved: list = []
     r = 0
+    # With helpers, rows start as soon as they are planned and are finished as they come back,
+    # so this thread's Python work overlaps the helpers' rows (the GIL is never needed by them).
+    job = _core.SamplingRows(x, B, threads) if threads > 1 and B > 1 else None
     try:
         plans = []
         items = []
         for r, (c, g) in enumerate(zip(chains, grammars)):
-            p = (_GREEDY_FRESH, len(c.samplers), ()) if g is None and c._greedy_only else _plan(c)
+            last = c.last
+            if g is None and c._greedy_only:
+                p = (_GREEDY_FRESH, len(c.samplers), ())
+            else:
+                p = _plan(c)
+            # A row the C++ runs whole changes only its dist engines (undone from the plan's
+            # copies); a row with a Python tail or a grammar may change any sampler: saved whole
+            # (after the plan's draws, which leaves the samplers the plan stopped before as they were).
+            saved.append((p[2], c._save("apply") if g is not None or p[1] < len(c.samplers) else None, last))
             plans.append(p)
-            items.append((r, c._buf, p[0], None))
-        res = _core.sampling_run_rows(x, items, threads)
+            if job is None:
+                items.append((r, c._buf, p[0], None))
+            else:
+                job.add((r, c._buf, p[0], None))
+        res = _core.sampling_run_rows(x, items, 1) if job is None else None
         again = []
         for r in range(B):
             c, g = chains[r], grammars[r]
             try:
-                tok = _finish(c, plans[r], res[r], g is not None)
+                tok = _finish(c, plans[r], res[r] if job is None else job.result(r), g is not None)
             except _RowFallback:
-                c._load(saved[r])
+                _rollback(c, saved[r])
                 out[r] = common_sample(c, x[r], g)
                 continue
             if g is not None and not g.allows(tok):
@@ -278,7 +308,7 @@ def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
                 if not (isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.shape == (x.shape[1],)):
                     # not a mask of n_vocab flags: the single-row path (and its error, if any)
                     again.remove(r)
-                    chains[r]._load(saved[r])
+                    _rollback(chains[r], saved[r])
                     out[r] = common_sample(chains[r], x[r], grammars[r])
                     continue
                 plans[r] = _plan(chains[r])
@@ -288,12 +318,17 @@ def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
                 try:
                     out[r] = _finish(chains[r], plans[r], rr, True)
                 except _RowFallback:
-                    chains[r]._load(saved[r])
+                    _rollback(chains[r], saved[r])
                     out[r] = common_sample(chains[r], x[r], grammars[r])
     except BaseException as e:
+        if job is not None:
+            job.close()  # before any state is put back: no row runs after this
         for c, sv in zip(chains, saved):
-            c._load(sv)
+            _rollback(c, sv)
         if note is not None and hasattr(e, "add_note"):
             e.add_note(note(r))
         raise
+    finally:
+        if job is not None:
+            job.close()
     return out
