@@ -278,3 +278,25 @@ def test_rows_job_misuse_is_a_typed_error():
         _core.sampling_run_rows(x, [(0, c._buf, [(3, 5), (2, [1], [1.0])], None)], 1)  # bias after top-k
     with pytest.raises(LmtailError):
         _core.sampling_run_rows(x, [(0, c._buf, [], np.ones(V - 1, bool))], 1)
+
+
+def test_mt19937_vectorised_twist_is_the_recurrence():
+    from lmtail.sampling.rng import Mt19937
+
+    e = Mt19937()  # default seed 5489: the standard's 10000th output
+    for _ in range(9999):
+        e()
+    assert e() == 4123659995
+    for seed in (0, 1, 0xFFFFFFFF, 987654321):
+        a = Mt19937(seed)
+        mt = list(a._mt)
+        for _ in range(3):  # the word-by-word recurrence of the standard
+            for i in range(624):
+                y = (mt[i] & 0x80000000) | (mt[(i + 1) % 624] & 0x7FFFFFFF)
+                mt[i] = mt[(i + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF if y & 1 else 0)
+            a._twist()
+            assert a._mt == mt, seed
+    b, ref = Mt19937(7), Mt19937(8)
+    b(), ref()  # both twisted once, outputs cached
+    b._mt, b._idx = ref._mt, ref._idx  # words assigned directly (as lmtail.speculative does)
+    assert [b() for _ in range(700)] == [ref() for _ in range(700)]

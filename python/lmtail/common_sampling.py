@@ -112,10 +112,11 @@ def _selected(chain, c) -> int:
 # ---- many rows at once ------------------------------------------------------------------------
 # The samplers of a chain that lmtail._core.sampling_run_rows runs itself, as (kind, args...) ops
 # (the kinds of csrc/cpu/sampling.hpp's RowOpKind). Exact types only: a subclass may override
-# apply. A function returns None when the sampler would do nothing in apply (llama.cpp's own
+# apply. A builder returns None when the sampler would do nothing in apply (llama.cpp's own
 # early returns, checked at call time as apply checks them).
 def _op_penalties(s):
-    if s.disabled(s.last_n, s.repeat, s.freq, s.present):
+    # Penalties.disabled, on the float32 values the sampler holds
+    if s.last_n == 0 or (s.repeat == 1.0 and s.freq == 0.0 and s.present == 0.0):
         return None
     return (1, s.counts, list(s.prev), s.repeat, s.freq, s.present)
 
@@ -137,29 +138,44 @@ _ROW_OPS = {
     S.TempExt: lambda s: (8, s.t, s.delta, s.exponent) if s.delta > 0 else (7, s.t),
     S.TopNSigma: lambda s: (9, s.n) if s.n > 0.0 else None,
     S.Greedy: lambda s: (10,),
-    S.Dist: lambda s: (11, None),  # the draw is made by _plan
+    S.Dist: None,  # the draw is made by _plan
 }
-_SKIP = S.Empty
 _GREEDY_FRESH = [(12,)]
+
+
+def _compile(samplers) -> tuple:
+    """(samplers as a tuple, [(index, op builder or None for dist, sampler)] up to the first
+    sampler without a C++ path, that index): what _plan walks, kept per chain."""
+    steps = []
+    for j, s in enumerate(samplers):
+        t = type(s)
+        if t is S.Empty:
+            continue
+        if t not in _ROW_OPS or len(steps) == 64:
+            return tuple(samplers), steps, j
+        steps.append((j, _ROW_OPS[t], s))
+    return tuple(samplers), steps, len(samplers)
 
 
 def _plan(chain):
     """(ops, stop, draws): the ops for the chain's samplers [0, stop) (the rest run in Python),
-    and for each dist op (op index, sampler, its engine before the draw made for it)."""
+    and for each dist op (op index, sampler, its engine before the draw made for it).
+    Parameters are read at every call (as apply reads them); only the chain's shape is cached."""
+    samplers = chain.samplers
+    cache = chain.__dict__.get("_rows_plan")
+    if cache is None or cache[0] != tuple(samplers):  # a tuple compares its items by identity first
+        cache = chain.__dict__["_rows_plan"] = _compile(samplers)
+    _, steps, stop = cache
     ops: list = []
     draws: list = []
     fresh = True  # the array is still in id order with every token (a logit-bias op needs that)
-    samplers = chain.samplers
-    get = _ROW_OPS.get
-    j = -1
-    for s in samplers:
-        j += 1
-        t = type(s)
-        if t is _SKIP:
+    for j, f, s in steps:
+        if f is None:  # dist: one uniform_real_distribution<double> draw, given back if unused
+            rng = s.rng
+            draws.append((len(ops), s, rng.copy()))
+            ops.append((11, rng.uniform_double(s.stdlib)))
+            fresh = False
             continue
-        f = get(t)
-        if f is None or len(ops) == 64:
-            return ops, j, draws
         op = f(s)
         if op is None:
             continue
@@ -168,12 +184,8 @@ def _plan(chain):
             return ops, j, draws
         if kind > 2:
             fresh = False
-        if kind == 11:
-            rng = s.rng
-            draws.append((len(ops), s, rng.copy()))
-            op = (11, rng.uniform_double(s.stdlib))
         ops.append(op)
-    return ops, len(samplers), draws
+    return ops, stop, draws
 
 
 def _finish(chain, plan, res, grammar_row: bool) -> int:
