@@ -700,9 +700,11 @@ void heap_top_k(TokenData *d, const float *x, const uint8_t *mask, size_t n, siz
 #if defined(__SSE2__)
         for (; i + 16 <= stop; i += 16) {
             const __m128 th = _mm_set1_ps(d[0].logit);
-            const __m128 g0 = _mm_or_ps(_mm_cmpgt_ps(_mm_loadu_ps(x + i), th), _mm_cmpgt_ps(_mm_loadu_ps(x + i + 4), th));
-            const __m128 g1 = _mm_or_ps(_mm_cmpgt_ps(_mm_loadu_ps(x + i + 8), th), _mm_cmpgt_ps(_mm_loadu_ps(x + i + 12), th));
-            if (_mm_movemask_ps(_mm_or_ps(g0, g1)) == 0) continue;
+            const __m128 g0 = _mm_cmpgt_ps(_mm_loadu_ps(x + i), th);
+            const __m128 g1 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 4), th);
+            const __m128 g2 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 8), th);
+            const __m128 g3 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 12), th);
+            if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(g0, g1), _mm_or_ps(g2, g3))) == 0) continue;
             for (size_t q = i; q < i + 16; ++q) visit(q, (kMask && !mask[q]) ? -INFINITY : x[q]);
         }
 #endif
