@@ -149,14 +149,35 @@ def batch_time(name, V, B, threads, rows, iters, matcher=None) -> float:
     return _med(ts)
 
 
+def cpu_scaling(threads: int) -> float:
+    """Speed-up of T threads over one on C++-only rows (8 in-cache rows, no Python between them):
+    how much parallel CPU the machine gives right now (on a shared machine, often far below T)."""
+    from lmtail import _core
+    from lmtail.common_sampling import _plan
+
+    V = 32768
+    x = (np.random.default_rng(0).standard_normal((8 * threads, V)) * 3).astype(np.float32)
+    chains = [common_chain(V, seed=i) for i in range(len(x))]
+    items = [(r, c._buf, _plan(c)[0], None) for r, c in enumerate(chains)]
+    ts: dict = {1: [], threads: []}
+    for _ in range(60):
+        for t in ts:
+            t0 = time.perf_counter()
+            _core.sampling_run_rows(x, items, t)
+            ts[t].append(time.perf_counter() - t0)
+    return _med(ts[1]) / _med(ts[threads])
+
+
 def serving(a) -> None:
     from oracle import sampling as O
     from oracle._lib import vocab_gguf
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; Batch threads T = {a.threads}; "
           f"median of {a.iters} steps; times in us")
+    if a.threads > 1:
+        print(f"C++ rows alone, {a.threads} threads vs 1: {cpu_scaling(a.threads):.2f}x (the machine's parallel CPU now)")
     print(f"{'V':>7s} {'chain':10s} {'B':>3s} {'ll_apply':>9s} {'ll_fill':>8s} {'row':>8s} {'row/ll':>7s} "
-          f"{'row/llf':>7s} {'wall':>9s} {'goal':>9s} {'wall/goal':>9s}")
+          f"{'row/llf':>7s} {'wall':>9s} {'goal':>9s} {'wall/goal':>9s}", flush=True)
     bpe = vocab_gguf("llama-bpe")
     for V in a.vocab:
         rng = np.random.default_rng(V)

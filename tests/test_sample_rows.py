@@ -133,8 +133,9 @@ def _gpt2():
 def test_grammar_rows(threads):
     v, matcher = _gpt2()
     n = v.n_vocab
-    names = ["default", "topk_temp", "penalties", "xtc", "greedy", "mirostat", "min_p_first", "default"]
-    has_g = [True, True, False, True, True, True, True, False]
+    names = ["default", "topk_temp", "penalties", "xtc", "greedy", "mirostat", "min_p_first", "default", "bias_pen",
+             "topk_big", "temp_first"]
+    has_g = [True, True, False, True, True, True, True, False, True, True, True]
     rows, solo = _pairs(names, range(20, 20 + len(names)), n)
     gr = [matcher() if h else None for h in has_g]
     gs = [matcher() if h else None for h in has_g]
