@@ -301,3 +301,38 @@ def test_mt19937_vectorised_twist_is_the_recurrence():
     b(), ref()  # both twisted once, outputs cached
     b._mt, b._idx = ref._mt, ref._idx  # words assigned directly (as lmtail.speculative does)
     assert [b() for _ in range(700)] == [ref() for _ in range(700)]
+
+
+class _MaskGrammar:
+    """The grammar protocol over a fixed random mask (allows(t) = mask[t]): the resample path
+    with masks of any density, without a parser."""
+
+    def __init__(self, n, density, seed):
+        rng = np.random.default_rng(seed)
+        self.m = rng.random(n) < density
+        self.m[int(rng.integers(n))] = True  # never empty
+
+    def allows(self, t):
+        return bool(self.m[t])
+
+    def mask(self):
+        return self.m.copy()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_masked_resample_any_density(threads):
+    n = 20000
+    names = ["default", "penalties", "bias_pen", "topk_big", "min_p_first", "temp_first", "typical", "greedy"] * 2
+    rows, solo = _pairs(names, range(len(names)), n)
+    dens = [0.5, 0.01, 0.999, 0.0001, 0.3, 0.05, 0.9, 0.002] * 2
+    gs = [_MaskGrammar(n, d, i) for i, d in enumerate(dens)]
+    rng = np.random.default_rng(4)
+    for step in range(5):
+        x = _logits(rng, len(names), n, step)
+        got = common_sample_rows(rows, x, gs, threads=threads)
+        for r, c in enumerate(solo):
+            assert got[r] == common_sample(c, x[r], gs[r]), (names[r], dens[r], step)
+            assert _state(rows[r]) == _state(c)
+            assert gs[r].m[got[r]]
+            rows[r].accept(int(got[r]))
+            c.accept(int(got[r]))

@@ -692,18 +692,26 @@ void heap_top_k(TokenData *d, const float *x, const uint8_t *mask, size_t n, siz
     // d[0] (the heap's smallest kept logit) never decreases, so a block of 16 logits none of
     // which is > d[0] when the block starts cannot change the heap: it is skipped after one
     // vector compare (ordered > like the scalar one: a NaN is never greater). Other blocks run
-    // the scalar visit, in order. A masked-out logit is -inf; testing the raw logit instead
-    // only sends more blocks to the scalar path.
+    // the scalar visit, in order. A masked-out logit is -inf, never greater: its lane is dropped.
     size_t i = k;
     while (i < n) {
         const size_t stop = oi < nov ? ov[oi].id : n;
 #if defined(__SSE2__)
         for (; i + 16 <= stop; i += 16) {
             const __m128 th = _mm_set1_ps(d[0].logit);
-            const __m128 g0 = _mm_cmpgt_ps(_mm_loadu_ps(x + i), th);
-            const __m128 g1 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 4), th);
-            const __m128 g2 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 8), th);
-            const __m128 g3 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 12), th);
+            __m128 g0 = _mm_cmpgt_ps(_mm_loadu_ps(x + i), th);
+            __m128 g1 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 4), th);
+            __m128 g2 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 8), th);
+            __m128 g3 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 12), th);
+            if (kMask) {  // drop the lanes whose mask byte is 0 (their value is -inf: never > d[0])
+                const __m128i rej = _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i *>(mask + i)),
+                                                   _mm_setzero_si128());
+                const __m128i lo = _mm_unpacklo_epi8(rej, rej), hi = _mm_unpackhi_epi8(rej, rej);
+                g0 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpacklo_epi16(lo, lo)), g0);
+                g1 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpackhi_epi16(lo, lo)), g1);
+                g2 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpacklo_epi16(hi, hi)), g2);
+                g3 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpackhi_epi16(hi, hi)), g3);
+            }
             if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(g0, g1), _mm_or_ps(g2, g3))) == 0) continue;
             for (size_t q = i; q < i + 16; ++q) visit(q, (kMask && !mask[q]) ? -INFINITY : x[q]);
         }
