@@ -4,10 +4,16 @@ wall time vs (B x per-row cost) / threads x 1.2; plus the int32 bitmask fill vs 
 Per configuration (vocab V, chain, batch B), all in one run:
 
 * ``ll_apply``: llama.cpp (llama-cpp-python 0.3.36 through ctypes, tests/oracle) on one row:
-  ``llama_sampler_apply`` of the chain alone (its candidate fill, numpy, not counted). For the
-  grammar row: llama-server's discipline on a rejected first draw, as llama.cpp runs it:
-  chain apply + grammar apply on the winner + grammar apply on the whole row + chain apply
-  (the grammar at its start, where nearly every token is rejected: the worst case).
+  ``llama_sampler_apply`` of the chain alone (its candidate fill, numpy, not counted; the row
+  was just written, so it is read from cache). For the grammar row: llama-server's discipline
+  on a rejected first draw, as llama.cpp runs it: chain apply + grammar apply on the winner +
+  grammar apply on the whole row + chain apply (the grammar at its start, where nearly every
+  token is rejected: the worst case). **The goal's anchor** (issue 16: per-row cost at B = 64
+  <= llama.cpp's apply).
+* ``ll_fill``: the same, plus the candidate fill that ``llama_sampler_sample`` does before the
+  apply ({id = i, logit = logits[i], p = 0}, by lmtail's C loop of the same shape), each step
+  from a different row of the same (64, V) arrays lmtail samples: what a llama.cpp engine pays
+  per row of a batch (the grammar row: both fills). Reported beside the anchor, not instead.
 * ``row``: lmtail's per-row cost, ``Batch(threads=1).sample`` of B rows / B (fill included);
 * ``wall``: ``Batch(threads=T).sample`` of B rows; goal ``wall <= B * row / T * 1.2``.
 
@@ -59,22 +65,34 @@ def _oracle_chain(O, name, V, seed):
     return O.OracleChain([("top_k", 40), ("temp", 0.8), ("dist", seed)], V)
 
 
-def llama_apply_time(O, name, V, rows, iters, grammar_sampler=None) -> float:
-    """Median seconds of llama.cpp's llama_sampler_apply for one row of this chain."""
+def llama_apply_time(O, name, V, rows, iters, grammar_sampler=None, with_fill=False) -> float:
+    """Median seconds of llama.cpp's llama_sampler_apply for one row of this chain; with_fill:
+    plus the candidate fill from the row (rows: a list of rows, each step the next one)."""
+    from lmtail import _core
+
     o = _oracle_chain(O, name, V, 1234)
     buf = o.buf
     ids = np.arange(V, dtype=np.int32)
     ts = []
+
+    def fill(x) -> float:
+        if not with_fill:
+            buf["id"], buf["logit"], buf["p"] = ids, x, 0.0
+            return 0.0
+        t0 = time.perf_counter()
+        _core.sampling_fill(buf, x)
+        return time.perf_counter() - t0
+
     for it in range(iters + 3):
         x = rows[it % len(rows)]
-        buf["id"], buf["logit"], buf["p"] = ids, x, 0.0
+        dt = fill(x)
         t0 = time.perf_counter()
         off, size, sel, _ = o.apply_raw(buf)
-        dt = time.perf_counter() - t0
+        dt += time.perf_counter() - t0
         tok = int(buf["id"][off + sel])
         if grammar_sampler is not None:
             dt += grammar_sampler.check(tok)
-            buf["id"], buf["logit"], buf["p"] = ids, x, 0.0
+            dt += fill(x)
             dt += grammar_sampler.apply_full(buf)
             t0 = time.perf_counter()
             off, size, sel, _ = o.apply_raw(buf)
@@ -131,14 +149,38 @@ def batch_time(name, V, B, threads, rows, iters, matcher=None) -> float:
     return _med(ts)
 
 
+def cpu_scaling(threads: int) -> float:
+    """Speed-up of T threads over one on C++-only rows (8 in-cache rows, no Python between them):
+    how much parallel CPU the machine gives right now (on a shared machine, often far below T)."""
+    from lmtail import _core
+
+    try:
+        from lmtail.common_sampling import _plan
+    except ImportError:  # an lmtail before the batched rows
+        return float("nan")
+    V = 32768
+    x = (np.random.default_rng(0).standard_normal((8 * threads, V)) * 3).astype(np.float32)
+    chains = [common_chain(V, seed=i) for i in range(len(x))]
+    items = [(r, c._buf, _plan(c)[0], None) for r, c in enumerate(chains)]
+    ts: dict = {1: [], threads: []}
+    for _ in range(60):
+        for t in ts:
+            t0 = time.perf_counter()
+            _core.sampling_run_rows(x, items, t)
+            ts[t].append(time.perf_counter() - t0)
+    return _med(ts[1]) / _med(ts[threads])
+
+
 def serving(a) -> None:
     from oracle import sampling as O
     from oracle._lib import vocab_gguf
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; Batch threads T = {a.threads}; "
           f"median of {a.iters} steps; times in us")
-    print(f"{'V':>7s} {'chain':10s} {'B':>3s} {'ll_apply':>9s} {'row':>8s} {'row/ll':>7s} {'wall':>9s} "
-          f"{'goal':>9s} {'wall/goal':>9s}")
+    if a.threads > 1:
+        print(f"C++ rows alone, {a.threads} threads vs 1: {cpu_scaling(a.threads):.2f}x (the machine's parallel CPU now)")
+    print(f"{'V':>7s} {'chain':10s} {'B':>3s} {'ll_apply':>9s} {'ll_fill':>8s} {'row':>8s} {'row/ll':>7s} "
+          f"{'row/llf':>7s} {'wall':>9s} {'goal':>9s} {'wall/goal':>9s}", flush=True)
     bpe = vocab_gguf("llama-bpe")
     for V in a.vocab:
         rng = np.random.default_rng(V)
@@ -158,12 +200,16 @@ def serving(a) -> None:
                 matcher = lambda: GrammarMatcher(g, voc)  # noqa: E731
                 gs = _LlamaGrammar(bpe)
             ll = llama_apply_time(O, name, V, [r[0] for r in rows], a.iters, gs)
+            # every step a different row of the (Bmax, V) arrays: read from memory, as in a batch
+            llf = llama_apply_time(O, name, V, [r[i] for i in range(Bmax) for r in rows], a.iters, gs,
+                                   with_fill=True)
             per_row = batch_time(name, V, max(a.batch), 1, rows, a.iters, matcher) / max(a.batch)
             for B in a.batch:
                 wall = batch_time(name, V, B, a.threads, rows, a.iters, matcher)
                 goal = B * per_row / min(a.threads, B) * 1.2
-                print(f"{V:7d} {name:10s} {B:3d} {ll * 1e6:9.0f} {per_row * 1e6:8.0f} {per_row / ll:7.2f} "
-                      f"{wall * 1e6:9.0f} {goal * 1e6:9.0f} {wall / goal:9.2f}", flush=True)
+                print(f"{V:7d} {name:10s} {B:3d} {ll * 1e6:9.0f} {llf * 1e6:8.0f} {per_row * 1e6:8.0f} "
+                      f"{per_row / ll:7.2f} {per_row / llf:7.2f} {wall * 1e6:9.0f} {goal * 1e6:9.0f} "
+                      f"{wall / goal:9.2f}", flush=True)
 
 
 def bitmask(a) -> None:

@@ -61,6 +61,125 @@ void need_nonempty(size_t size, const char *what) {
     if (size == 0) throw lmt::ArgumentError(std::string(what) + ": the candidate array is empty");
 }
 
+// The logits of sampling_run_rows / SamplingRows: 2-D float32 with contiguous, aligned rows.
+void check_rows_logits(const py::array &x) {
+    lmt::bind::check_dtype<float>(x, "logits");
+    if (x.ndim() != 2 || x.strides(1) != (py::ssize_t)sizeof(float) || !lmt::bind::is_aligned(x) ||
+        x.strides(0) % (py::ssize_t)sizeof(float) != 0 || x.shape(1) == 0)
+        throw lmt::ArgumentError("logits: expected a 2-D float32 array with non-empty, contiguous, aligned rows");
+}
+
+// One (row index, candidate buffer, ops, mask or None) tuple into a RowPlan, every argument
+// checked (with the GIL held). The arrays it points into are appended to `keep`.
+void parse_row(smp::RowPlan &pl, const py::array &x, const py::handle &item, std::vector<py::object> &keep) {
+    const size_t B = (size_t)x.shape(0), n = (size_t)x.shape(1);
+    py::tuple t = item.cast<py::tuple>();
+    if (t.size() != 4) throw lmt::ArgumentError("rows: expected (row, buffer, ops, mask) tuples");
+    const int64_t r = t[0].cast<int64_t>();
+    if (r < 0 || (size_t)r >= B) throw lmt::ArgumentError("rows: row index out of range");
+    pl.x = reinterpret_cast<const float *>(static_cast<const char *>(x.data()) + r * x.strides(0));
+    pl.n = n;
+    py::array buf = t[1].cast<py::array>();
+    pl.d = window(buf, 0, n);
+    keep.push_back(buf);
+    if (!t[3].is_none()) {
+        py::array mk = t[3].cast<py::array>();
+        if (mk.ndim() != 1 || (size_t)mk.shape(0) != n || mk.itemsize() != 1 || mk.dtype().kind() != 'b' ||
+            !(mk.flags() & py::array::c_style))
+            throw lmt::ArgumentError("mask: expected a C-contiguous bool array of n_vocab entries");
+        keep.push_back(mk);
+        pl.mask = static_cast<const uint8_t *>(mk.data());
+    }
+    py::list ops = t[2].cast<py::list>();
+    if (py::len(ops) > 64) throw lmt::ArgumentError("ops: at most 64 per row");
+    pl.ops.resize(py::len(ops));
+    for (size_t j = 0; j < pl.ops.size(); ++j) {
+        py::tuple o = ops[j].cast<py::tuple>();
+        if (o.size() == 0) throw lmt::ArgumentError("ops: expected (kind, ...) tuples");
+        smp::RowOp &op = pl.ops[j];
+        op.kind = o[0].cast<int32_t>();
+        auto need = [&](size_t k) {
+            if (o.size() != k)
+                throw lmt::ArgumentError("ops: op " + std::to_string(op.kind) + " expects " + std::to_string(k - 1) +
+                                         " arguments");
+        };
+        auto f = [&](size_t k) { return (float)o[k].cast<double>(); };
+        switch (op.kind) {
+        case smp::kOpPenalties: {
+            need(6);
+            py::array c = o[1].cast<py::array>();
+            op.counts = vec_of<int32_t>(c, "counts");
+            op.n_counts = (size_t)c.shape(0);
+            keep.push_back(c);
+            op.ids = o[2].cast<std::vector<int32_t>>();  // read only while the array is fresh
+            op.f0 = f(3), op.f1 = f(4), op.f2 = f(5);
+            break;
+        }
+        case smp::kOpBias:
+            need(3);
+            op.ids = o[1].cast<std::vector<int32_t>>();
+            op.vals = o[2].cast<std::vector<float>>();
+            if (op.ids.size() != op.vals.size()) throw lmt::ArgumentError("ops: bias ids and values differ in length");
+            for (size_t q = 0; q < j; ++q)
+                if (pl.ops[q].kind != smp::kOpPenalties && pl.ops[q].kind != smp::kOpBias)
+                    throw lmt::ArgumentError("ops: a logit-bias op must come before every other kind");
+            break;
+        case smp::kOpTopK:
+            need(2);
+            op.z0 = o[1].cast<size_t>();
+            if (op.z0 == 0) throw lmt::ArgumentError("ops: top-k needs k > 0");
+            break;
+        case smp::kOpTopP:
+        case smp::kOpMinP:
+        case smp::kOpTypical:
+            need(3);
+            op.f0 = f(1);
+            op.z0 = o[2].cast<size_t>();
+            break;
+        case smp::kOpTemp:
+        case smp::kOpTopNSigma:
+            need(2);
+            op.f0 = f(1);
+            break;
+        case smp::kOpTempExtDyn:
+            need(4);
+            op.f0 = f(1), op.f1 = f(2), op.f2 = f(3);
+            break;
+        case smp::kOpGreedy:
+        case smp::kOpGreedyFresh:
+            need(1);
+            break;
+        case smp::kOpDist:
+            need(2);
+            op.u = o[1].cast<double>();
+            break;
+        default:
+            throw lmt::ArgumentError("ops: unknown op kind " + std::to_string(op.kind));
+        }
+    }
+}
+
+// (offset, size, selected, sorted, used, error) of a row that has run: used has bit j set when
+// op j consumed its draw.
+py::tuple row_result(const smp::RowPlan &pl) {
+    uint64_t used = 0;
+    for (size_t j = 0; j < pl.ops.size(); ++j)
+        if (pl.ops[j].used) used |= (uint64_t)1 << j;
+    return py::make_tuple(pl.offset, pl.size, pl.selected, pl.sorted, used, pl.error);
+}
+
+// lmtail._core.SamplingRows: a RowsJob and the Python objects its rows point into (released
+// only after close(): no thread touches them then).
+struct PyRowsJob {
+    py::array x;
+    smp::RowsJob job;
+    size_t n, added = 0;
+    std::vector<py::object> keep;
+    bool closed = false;
+    PyRowsJob(py::array x_, size_t n_, int threads) : x(std::move(x_)), job(n_, threads), n(n_) {}
+    ~PyRowsJob() { job.close(); }
+};
+
 }  // namespace
 
 void bind_sampling(py::module_ &m) {
@@ -247,6 +366,57 @@ void bind_sampling(py::module_ &m) {
         py::gil_scoped_release nogil;
         smp::fill_penalties(d, x, n, c, nc, repeat, freq, present);
     }, py::arg("buf"), py::arg("logits"), py::arg("counts"), py::arg("repeat"), py::arg("freq"), py::arg("present"));
+    // Many rows in one call (lmtail.common_sampling.common_sample_rows): rows is a list of
+    // (row index into x, candidate buffer, ops, mask or None); every argument is checked here, with
+    // the GIL held, then the rows run on the pool without it. Returns row_result() per row.
+    m.def("sampling_run_rows", [](py::array x, py::list rows, int threads) {
+        check_rows_logits(x);
+        const size_t nr = (size_t)py::len(rows);
+        std::vector<smp::RowPlan> plans(nr);
+        std::vector<py::object> keep;
+        for (size_t i = 0; i < nr; ++i) parse_row(plans[i], x, rows[i], keep);
+        {
+            py::gil_scoped_release nogil;
+            smp::run_rows(plans.data(), plans.size(), lmt::core::resolve_threads(threads));
+        }
+        py::list out(nr);
+        for (size_t i = 0; i < nr; ++i) out[i] = row_result(plans[i]);
+        return out;
+    }, py::arg("x"), py::arg("rows"), py::arg("threads"));
+    // The same rows, started as they are added (helpers run them while the caller plans the
+    // next row or finishes the last one): add(row tuple) in order, result(k) for k in order,
+    // close() (also on destruction) before the arrays go away.
+    py::class_<PyRowsJob>(m, "SamplingRows")
+        .def(py::init([](py::array x, size_t n, int threads) {
+                 check_rows_logits(x);
+                 if (n == 0) throw lmt::ArgumentError("SamplingRows: expected at least one row");
+                 return new PyRowsJob(x, n, lmt::core::resolve_threads(threads));
+             }),
+             py::arg("x"), py::arg("n"), py::arg("threads"))
+        .def("add", [](PyRowsJob &j, py::handle item) {
+            if (j.closed) throw lmt::ArgumentError("SamplingRows: closed");
+            if (j.added >= j.n) throw lmt::ArgumentError("SamplingRows: every row is already added");
+            parse_row(j.job.slot(j.added), j.x, item, j.keep);
+            j.job.add(j.added++);
+        }, py::arg("row"))
+        .def("result", [](PyRowsJob &j, size_t k) {
+            if (j.closed) throw lmt::ArgumentError("SamplingRows: closed");
+            if (k >= j.added) throw lmt::ArgumentError("SamplingRows: row " + std::to_string(k) + " was not added");
+            const smp::RowPlan *pl;
+            {
+                py::gil_scoped_release nogil;
+                pl = &j.job.wait(k);
+            }
+            return row_result(*pl);
+        }, py::arg("k"))
+        .def("close", [](PyRowsJob &j) {
+            {
+                py::gil_scoped_release nogil;
+                j.job.close();
+            }
+            j.closed = true;
+            j.keep.clear();
+        });
     m.def("sampling_set_threads", &smp::set_threads, py::arg("n"));
     m.def("sampling_get_threads", &smp::get_threads);
     // Scalar libm helpers (the platform's, as the reference build calls them).

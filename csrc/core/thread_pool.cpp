@@ -48,21 +48,28 @@ class Pool {
             n_tasks_ = n_tasks;
             next_.store(0, std::memory_order_relaxed);
             active_ = n_threads - 1;
-            pending_.store(n_threads - 1, std::memory_order_relaxed);
+            in_work_.store(0, std::memory_order_relaxed);
+            closed_ = false;
             error_ = nullptr;
             ++generation_;
             gen_atomic_.store(generation_, std::memory_order_release);
         }
         cv_.notify_all();
         work();
-        // Wait for the helpers: spin briefly (they finish within microseconds of us on
-        // balanced work), then sleep.
-        for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+        // Every task is claimed. Close the call to helpers that have not joined yet (a helper
+        // still waking up, e.g. on a CPU busy with another process, would otherwise cost its
+        // wake-up latency for no work), then wait only for those inside work(): spin briefly
+        // (they finish within microseconds of us on balanced work), then sleep.
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            closed_ = true;
+        }
+        for (int spin = 0; in_work_.load(std::memory_order_acquire) != 0; ++spin) {
             if (spin < 20000) {
                 LMT_CPU_RELAX();
             } else {
                 std::unique_lock<std::mutex> lk(mu_);
-                done_cv_.wait(lk, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+                done_cv_.wait(lk, [&] { return in_work_.load(std::memory_order_acquire) == 0; });
             }
         }
         fn_ = nullptr;
@@ -104,10 +111,11 @@ class Pool {
             cv_.wait(lk, [&] { return generation_ != seen; });
             seen = generation_;
             if (stop_) return;
-            if (id >= active_) continue;  // not needed for this call
+            if (id >= active_ || closed_) continue;  // not needed for this call, or too late for it
+            in_work_.fetch_add(1, std::memory_order_relaxed);  // under mu_: ordered with closed_
             lk.unlock();
             work();
-            if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            if (in_work_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
                 std::lock_guard<std::mutex> lk2(mu_);
                 done_cv_.notify_all();
             }
@@ -122,7 +130,8 @@ class Pool {
     const std::function<void(int64_t)> *fn_ = nullptr;
     int64_t n_tasks_ = 0;
     std::atomic<int64_t> next_{0};
-    std::atomic<int> pending_{0};
+    std::atomic<int> in_work_{0};  // helpers inside work() for the current call
+    bool closed_ = true;            // the current call takes no more helpers (guarded by mu_)
     std::atomic<uint64_t> gen_atomic_{0};
     int active_ = 0;
     uint64_t generation_ = 0;

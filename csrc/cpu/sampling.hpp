@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace lmt::sampling {
@@ -111,5 +112,77 @@ size_t fill_min_p(TokenData *d, const float *x, size_t n, float p, size_t min_ke
 void fill_temperature(TokenData *d, const float *x, size_t n, float t);
 void fill_penalties(TokenData *d, const float *x, size_t n, const int32_t *counts, size_t n_counts, float repeat,
                     float freq, float present);
+
+
+// ---- many rows in one call (lmtail.common_sampling.common_sample_rows) ---------------------------
+// Each row runs the leading part of its chain that needs no Python: the fill fused with its first
+// samplers (penalties, logit-bias and a top-k read straight from the logits row, so the row is
+// streamed once), then the built-in samplers on the few candidates left. RNG draws are made by
+// the caller beforehand (RowOp::u); `used` reports whether the sampler consumed it, so an unused
+// draw can be given back. Rows are independent: the result of a row depends on nothing else.
+enum RowOpKind : int32_t {
+    kOpPenalties = 1,   // counts (dense, per token) read at the distinct ids of `ids`; f0..f2 = repeat, freq, present
+    kOpBias = 2,        // ids[j] += vals[j] in list order (only on a fresh array: ids == index)
+    kOpTopK = 3,        // z0 = k (> 0)
+    kOpTopP = 4,        // f0 = p, z0 = min_keep
+    kOpMinP = 5,        // f0 = p, z0 = min_keep
+    kOpTypical = 6,     // f0 = p, z0 = min_keep
+    kOpTemp = 7,        // f0 = t (temp, or temp-ext with delta <= 0)
+    kOpTempExtDyn = 8,  // f0..f2 = t, delta, exponent (delta > 0)
+    kOpTopNSigma = 9,   // f0 = n
+    kOpGreedy = 10,
+    kOpDist = 11,        // u = the uniform_real_distribution<double> draw
+    kOpGreedyFresh = 12, // greedy on the unfilled row (a greedy-only chain: nothing else runs)
+};
+
+struct RowOp {
+    int32_t kind = 0;
+    size_t z0 = 0;
+    float f0 = 0.0f, f1 = 0.0f, f2 = 0.0f;
+    double u = 0.0;
+    const int32_t *counts = nullptr;  // kOpPenalties
+    size_t n_counts = 0;
+    std::vector<int32_t> ids;         // kOpPenalties: history tokens; kOpBias: tokens
+    std::vector<float> vals;          // kOpBias: biases
+    bool used = false;                // out: the draw u was consumed
+};
+
+struct RowPlan {
+    const float *x = nullptr;       // the logits row (n values)
+    const uint8_t *mask = nullptr;  // nullptr, or n flags: 0 -> the logit is -inf (a grammar's mask)
+    size_t n = 0;
+    TokenData *d = nullptr;         // room for n candidates
+    std::vector<RowOp> ops;
+    // out: the candidate window after the ops, as llama_token_data_array
+    size_t offset = 0, size = 0;
+    int64_t selected = -1;
+    bool sorted = false;
+    int32_t error = 0;  // nonzero: a state the Python path reports (e.g. softmax over nothing)
+};
+
+// Every row, split over `threads` (rows are tasks; a row never depends on the thread count).
+void run_rows(RowPlan *rows, size_t n_rows, int threads);
+
+// The same rows, started as they are added and collected one by one, so that the caller's own
+// work between rows (Python: planning the next row, finishing the last one) overlaps the helper
+// threads' rows. add() publishes row k (rows are added in order, at most n); wait(k) returns
+// when row k has run, running unclaimed rows itself meanwhile (so it always makes progress, even
+// with no helper scheduled). close() stops handing out rows and waits for those in flight: after
+// it no thread touches a row's memory. Rows run by whichever thread claims them: the result of
+// a row is the same either way.
+class RowsJob {
+  public:
+    RowsJob(size_t n, int threads);
+    ~RowsJob();
+    RowPlan &slot(size_t k);  // row k's plan, to fill before add(k)
+    void add(size_t k);
+    const RowPlan &wait(size_t k);
+    void close();
+
+    struct State;
+
+  private:
+    std::shared_ptr<State> st_;
+};
 
 }  // namespace lmt::sampling

@@ -11,10 +11,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
+#include <chrono>
 #include <climits>
 #include <cmath>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <numeric>
+#include <thread>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace lmt::sampling {
 
@@ -639,6 +648,90 @@ int64_t greedy_fresh(const float *x, size_t n) {
     return sel;
 }
 
+namespace {
+
+// A logits row as the candidate fill sees it: x[i], or -inf where a grammar mask rejects i
+// (kMask), and at a few sorted ids (`ov`, ascending, unique) a value rewritten by penalties /
+// logit-bias. visit(i, v) is called for i = b .. e-1 in order.
+struct Override {
+    size_t id;
+    float v;
+};
+
+template <bool kMask, typename Visit>
+inline void scan_row(const float *x, const uint8_t *mask, size_t b, size_t e, const Override *ov, size_t nov,
+                     size_t &oi, Visit visit) {
+    size_t i = b;
+    while (i < e) {
+        const size_t stop = (oi < nov && ov[oi].id < e) ? ov[oi].id : e;
+        for (; i < stop; ++i) visit(i, (kMask && !mask[i]) ? -INFINITY : x[i]);
+        if (i < e) {  // an overridden id
+            visit(i, ov[oi++].v);
+            ++i;
+        }
+    }
+}
+
+// fill + std::partial_sort(first, first + k, last) for k <= 128: libstdc++'s partial_sort is
+// __heap_select + __sort_heap, and the heap-select visits every element past k once, in order,
+// so it can read them straight from the row (same comparisons, same result).
+template <bool kMask>
+void heap_top_k(TokenData *d, const float *x, const uint8_t *mask, size_t n, size_t k, const Override *ov,
+                size_t nov) {
+#if defined(__GLIBCXX__)
+    size_t oi = 0;
+    scan_row<kMask>(x, mask, 0, k, ov, nov, oi, [d](size_t i, float v) { d[i] = TokenData{(int32_t)i, v, 0.0f}; });
+    auto comp = __gnu_cxx::__ops::__iter_comp_iter(logit_greater);
+    std::__make_heap(d, d + k, comp);
+    auto visit = [d, k, &comp](size_t i, float v) {
+        if (v > d[0].logit) {
+            TokenData t{(int32_t)i, v, 0.0f};
+            std::__adjust_heap(d, (ptrdiff_t)0, (ptrdiff_t)k, std::move(t), comp);
+        }
+    };
+    // d[0] (the heap's smallest kept logit) never decreases, so a block of 16 logits none of
+    // which is > d[0] when the block starts cannot change the heap: it is skipped after one
+    // vector compare (ordered > like the scalar one: a NaN is never greater). Other blocks run
+    // the scalar visit, in order. A masked-out logit is -inf, never greater: its lane is dropped.
+    size_t i = k;
+    while (i < n) {
+        const size_t stop = oi < nov ? ov[oi].id : n;
+#if defined(__SSE2__)
+        for (; i + 16 <= stop; i += 16) {
+            const __m128 th = _mm_set1_ps(d[0].logit);
+            __m128 g0 = _mm_cmpgt_ps(_mm_loadu_ps(x + i), th);
+            __m128 g1 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 4), th);
+            __m128 g2 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 8), th);
+            __m128 g3 = _mm_cmpgt_ps(_mm_loadu_ps(x + i + 12), th);
+            if (kMask) {  // drop the lanes whose mask byte is 0 (their value is -inf: never > d[0])
+                const __m128i rej = _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i *>(mask + i)),
+                                                   _mm_setzero_si128());
+                const __m128i lo = _mm_unpacklo_epi8(rej, rej), hi = _mm_unpackhi_epi8(rej, rej);
+                g0 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpacklo_epi16(lo, lo)), g0);
+                g1 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpackhi_epi16(lo, lo)), g1);
+                g2 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpacklo_epi16(hi, hi)), g2);
+                g3 = _mm_andnot_ps(_mm_castsi128_ps(_mm_unpackhi_epi16(hi, hi)), g3);
+            }
+            if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(g0, g1), _mm_or_ps(g2, g3))) == 0) continue;
+            for (size_t q = i; q < i + 16; ++q) visit(q, (kMask && !mask[q]) ? -INFINITY : x[q]);
+        }
+#endif
+        for (; i < stop; ++i) visit(i, (kMask && !mask[i]) ? -INFINITY : x[i]);
+        if (i < n) {  // an overridden id
+            visit(i, ov[oi++].v);
+            ++i;
+        }
+    }
+    std::__sort_heap(d, d + k, comp);
+#else
+    size_t oi = 0;
+    scan_row<kMask>(x, mask, 0, n, ov, nov, oi, [d](size_t i, float v) { d[i] = TokenData{(int32_t)i, v, 0.0f}; });
+    std::partial_sort(d, d + k, d + n, logit_greater);
+#endif
+}
+
+}  // namespace
+
 void fill_top_k(TokenData *d, const float *x, size_t n, size_t k) {
     if (k > 128) {
         thread_local GrowBuf<TokenData> tmp;
@@ -646,23 +739,7 @@ void fill_top_k(TokenData *d, const float *x, size_t n, size_t k) {
         std::copy(tmp.p.get(), tmp.p.get() + k, d);
         return;
     }
-#if defined(__GLIBCXX__)
-    // std::partial_sort(first, first + k, last) is __heap_select + __sort_heap in libstdc++; the
-    // heap-select visits every element past k once, so it can read them straight from the logits.
-    for (size_t i = 0; i < k; ++i) d[i] = TokenData{(int32_t)i, x[i], 0.0f};
-    auto comp = __gnu_cxx::__ops::__iter_comp_iter(logit_greater);
-    std::__make_heap(d, d + k, comp);
-    for (size_t i = k; i < n; ++i) {
-        if (x[i] > d[0].logit) {
-            TokenData v{(int32_t)i, x[i], 0.0f};
-            std::__adjust_heap(d, (ptrdiff_t)0, (ptrdiff_t)k, std::move(v), comp);
-        }
-    }
-    std::__sort_heap(d, d + k, comp);
-#else
-    fill(d, x, n);
-    std::partial_sort(d, d + k, d + n, logit_greater);
-#endif
+    heap_top_k<false>(d, x, nullptr, n, k, nullptr, 0);
 }
 
 size_t fill_min_p(TokenData *d, const float *x, size_t n, float p, size_t min_keep, bool *sorted) {
@@ -723,6 +800,340 @@ void fill_temperature(TokenData *d, const float *x, size_t n, float t) {
         return;
     }
     for (size_t i = 0; i < n; ++i) d[i] = TokenData{(int32_t)i, x[i] / t, 0.0f};
+}
+
+// ---- many rows -------------------------------------------------------------------------------------
+
+namespace {
+
+// The leading penalties / logit-bias ops of a fresh array touch only a few ids: their values are
+// computed here (in op order, on the masked logit) and read in place of x by the fill.
+void leading_overrides(const RowPlan &r, size_t n_lead, std::vector<Override> &ov) {
+    ov.clear();
+    std::vector<size_t> ids;
+    for (size_t j = 0; j < n_lead; ++j) {
+        const RowOp &op = r.ops[j];
+        for (int32_t t : op.ids) {
+            if (t < 0 || (size_t)t >= r.n) continue;
+            if (op.kind == kOpPenalties && ((size_t)t >= op.n_counts || op.counts[t] <= 0)) continue;
+            ids.push_back((size_t)t);
+        }
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    for (size_t id : ids) {
+        float v = (r.mask && !r.mask[id]) ? -INFINITY : r.x[id];
+        for (size_t j = 0; j < n_lead; ++j) {
+            const RowOp &op = r.ops[j];
+            if (op.kind == kOpPenalties) {  // as penalties(): counts[id] > 0
+                const int32_t c = id < op.n_counts ? op.counts[id] : 0;
+                if (c <= 0) continue;
+                if (v <= 0) {
+                    v *= op.f0;
+                } else {
+                    v /= op.f0;
+                }
+                const float a = (float)c * op.f1;
+                const float b = 1.0f * op.f2;
+                v -= a + b;
+            } else {  // logit-bias on a fresh array: every entry for this id, in list order
+                for (size_t e = 0; e < op.ids.size(); ++e) {
+                    if ((size_t)op.ids[e] == id) v += op.vals[e];
+                }
+            }
+        }
+        ov.push_back(Override{id, v});
+    }
+}
+
+template <bool kMask>
+void fill_row(TokenData *d, const float *x, const uint8_t *mask, size_t n, const std::vector<Override> &ov) {
+    size_t oi = 0;
+    scan_row<kMask>(x, mask, 0, n, ov.data(), ov.size(), oi,
+                    [d](size_t i, float v) { d[i] = TokenData{(int32_t)i, v, 0.0f}; });
+}
+
+void run_row(RowPlan &r) {
+    TokenData *d = r.d;
+    const size_t n = r.n;
+    size_t size = n;
+    bool sorted = false;
+    int64_t selected = -1;
+    size_t j = 0;
+    const size_t n_ops = r.ops.size();
+    // 1. the fill, fused with the leading sparse ops and a first top-k / min-p / temp / greedy
+    size_t n_lead = 0;
+    while (n_lead < n_ops && (r.ops[n_lead].kind == kOpPenalties || r.ops[n_lead].kind == kOpBias)) ++n_lead;
+    thread_local std::vector<Override> ov;
+    leading_overrides(r, n_lead, ov);
+    j = n_lead;
+    const bool plain = !r.mask && ov.empty();
+    const int32_t first = j < n_ops ? r.ops[j].kind : 0;
+    if (first == kOpGreedyFresh && plain) {
+        r.size = n;
+        r.offset = 0;
+        r.sorted = false;
+        r.selected = greedy_fresh(r.x, n);
+        return;
+    }
+    if (first == kOpTopK && r.ops[j].z0 <= 128) {
+        const size_t k = std::min(r.ops[j].z0, n);
+        if (r.mask) {
+            heap_top_k<true>(d, r.x, r.mask, n, k, ov.data(), ov.size());
+        } else {
+            heap_top_k<false>(d, r.x, nullptr, n, k, ov.data(), ov.size());
+        }
+        size = k;
+        sorted = true;
+        ++j;
+    } else if (first == kOpTopK && plain) {
+        fill_top_k(d, r.x, n, std::min(r.ops[j].z0, n));
+        size = std::min(r.ops[j].z0, n);
+        sorted = true;
+        ++j;
+    } else if (first == kOpMinP && plain) {
+        size = fill_min_p(d, r.x, n, r.ops[j].f0, r.ops[j].z0, &sorted);
+        ++j;
+    } else if (first == kOpTemp && plain) {
+        fill_temperature(d, r.x, n, r.ops[j].f0);
+        ++j;
+    } else if (r.mask) {
+        fill_row<true>(d, r.x, r.mask, n, ov);
+    } else {
+        fill_row<false>(d, r.x, nullptr, n, ov);
+    }
+    // 2. the rest, as each sampler's apply does it
+    for (; j < n_ops; ++j) {
+        RowOp &op = r.ops[j];
+        switch (op.kind) {
+        case kOpPenalties:
+            penalties(d, size, op.counts, op.n_counts, op.f0, op.f1, op.f2);
+            sorted = false;
+            break;
+        case kOpTopK: {
+            const size_t k = std::min(op.z0, size);
+            if (!sorted) sort_desc_inplace(d, size, k);
+            size = k;
+            sorted = true;
+            break;
+        }
+        case kOpTopP:
+            if (size == 0) {
+                r.error = 1;
+                return;
+            }
+            softmax(d, size, sorted);
+            size = top_p(d, size, sorted, op.f0, op.z0);
+            sorted = true;
+            break;
+        case kOpMinP:
+            if (size > 0) size = min_p(d, size, &sorted, op.f0, op.z0);
+            break;
+        case kOpTypical:
+            if (size == 0) {
+                r.error = 1;
+                return;
+            }
+            if (!sorted) {
+                sort_desc_inplace(d, size, size);
+                sorted = true;
+            }
+            softmax(d, size, sorted);
+            size = typical(d, size, op.f0, op.z0);
+            sorted = false;
+            break;
+        case kOpTemp:
+            temperature(d, size, op.f0);
+            break;
+        case kOpTempExtDyn:
+            if (size <= 1) break;
+            if (!sorted) {
+                sort_desc_inplace(d, size, size);
+                sorted = true;
+            }
+            softmax(d, size, sorted);
+            temp_ext_dynamic(d, size, op.f0, op.f1, op.f2);
+            break;
+        case kOpTopNSigma:
+            if (size > 1) top_n_sigma(d, size, op.f0);
+            break;
+        case kOpGreedy:
+        case kOpGreedyFresh:
+            selected = size ? greedy(d, size) : 0;
+            break;
+        case kOpDist:
+            if (size == 0) {
+                selected = -1;
+            } else if (size == 1) {
+                op.used = true;
+                selected = 0;
+                d[0].p = 1.0f;
+            } else {
+                op.used = true;
+                selected = dist(d, size, sorted, op.u);
+            }
+            break;
+        default:  // a logit-bias after the array stopped being fresh: the plan builder never sends one
+            r.error = 2;
+            return;
+        }
+    }
+    r.offset = 0;
+    r.size = size;
+    r.sorted = sorted;
+    r.selected = selected;
+}
+
+}  // namespace
+
+void run_rows(RowPlan *rows, size_t n_rows, int threads) {
+    if (threads <= 1 || n_rows <= 1) {
+        for (size_t i = 0; i < n_rows; ++i) run_row(rows[i]);
+        return;
+    }
+    core::parallel_for(threads, (int64_t)n_rows, [rows](int64_t i) { run_row(rows[(size_t)i]); });
+}
+
+// ---- rows started as they are added (RowsJob) --------------------------------------------------
+
+struct RowsJob::State {
+    std::vector<RowPlan> plans;  // sized once: rows never move
+    std::unique_ptr<std::atomic<uint8_t>[]> done;
+    std::atomic<size_t> ready{0};  // rows [0, ready) are published
+    std::atomic<size_t> next{0};   // next row to claim
+    std::atomic<bool> closed{false};
+
+    // Claim and run one published row; false when none is claimable now. (close() sets next to
+    // SIZE_MAX, so no claim succeeds after it.)
+    bool run_one() {
+        size_t i = next.load(std::memory_order_relaxed);
+        for (;;) {
+            if (i >= ready.load(std::memory_order_acquire)) return false;
+            if (next.compare_exchange_weak(i, i + 1, std::memory_order_acq_rel)) break;
+        }
+        run_row(plans[i]);
+        done[i].store(1, std::memory_order_release);
+        return true;
+    }
+};
+
+namespace {
+
+#if defined(__x86_64__) || defined(_M_X64)
+inline void cpu_relax() { _mm_pause(); }
+#else
+inline void cpu_relax() { std::this_thread::yield(); }
+#endif
+
+// Waiting for another thread of this job: spin briefly, then yield the CPU, then sleep a little.
+// On a machine with fewer free CPUs than threads the thread waited for may be the one that needs
+// this CPU, so a long spin would only delay it.
+inline void backoff(int n) {
+    if (n < 2000) {
+        cpu_relax();
+    } else if (n < 4000) {
+        std::this_thread::yield();
+    } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}
+
+// Persistent helper threads for RowsJob (separate from core::parallel_for's pool, whose calls
+// block their caller). A helper takes the newest job, runs its rows while any are claimable,
+// and spins briefly for more before sleeping.
+class RowsHelpers {
+  public:
+    void start(const std::shared_ptr<RowsJob::State> &job, int n) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            while ((int)threads_.size() < n) threads_.emplace_back([this] { loop(); });
+            job_ = job;
+            want_ = n;
+            ++gen_;
+            gen_atomic_.store(gen_, std::memory_order_release);
+        }
+        cv_.notify_all();
+    }
+
+  private:
+    void loop() {
+        uint64_t seen = 0;
+        for (;;) {
+            std::shared_ptr<RowsJob::State> job;
+            // Spin a little for the next job before sleeping (a decode loop samples every few ms).
+            for (int spin = 0; spin < 2000 && gen_atomic_.load(std::memory_order_acquire) == seen; ++spin) cpu_relax();
+            {
+                std::unique_lock<std::mutex> lk(mu_);
+                cv_.wait(lk, [&] { return gen_ != seen; });
+                seen = gen_;
+                if (want_ <= 0) continue;
+                --want_;
+                job = job_;
+            }
+            if (!job) continue;
+            // Run rows while the job is open; between rows added one at a time, spin a little.
+            for (int idle = 0; !job->closed.load(std::memory_order_acquire);) {
+                if (job->run_one()) {
+                    idle = 0;
+                } else if (job->ready.load(std::memory_order_acquire) >= job->plans.size() &&
+                           job->next.load(std::memory_order_acquire) >= job->plans.size()) {
+                    break;  // every row is claimed
+                } else {
+                    backoff(++idle);
+                }
+            }
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::thread> threads_;
+    std::shared_ptr<RowsJob::State> job_;
+    int want_ = 0;
+    uint64_t gen_ = 0;
+    std::atomic<uint64_t> gen_atomic_{0};
+};
+
+RowsHelpers &rows_helpers() {
+    static RowsHelpers *h = new RowsHelpers();  // leaked on purpose, as core's pool
+    return *h;
+}
+
+}  // namespace
+
+RowsJob::RowsJob(size_t n, int threads) : st_(std::make_shared<State>()) {
+    st_->plans.resize(n);
+    st_->done.reset(new std::atomic<uint8_t>[n]);
+    for (size_t i = 0; i < n; ++i) st_->done[i].store(0, std::memory_order_relaxed);
+    if (threads > 1 && n > 1) rows_helpers().start(st_, std::min<int>(threads - 1, (int)n - 1));
+}
+
+RowsJob::~RowsJob() { close(); }
+
+RowPlan &RowsJob::slot(size_t k) { return st_->plans[k]; }
+
+void RowsJob::add(size_t k) { st_->ready.store(k + 1, std::memory_order_release); }
+
+const RowPlan &RowsJob::wait(size_t k) {
+    State &s = *st_;
+    for (int n = 0; !s.done[k].load(std::memory_order_acquire);) {
+        if (s.run_one()) {
+            n = 0;
+        } else {
+            backoff(++n);  // row k is running on a helper: it ends within one row's time
+        }
+    }
+    return s.plans[k];
+}
+
+void RowsJob::close() {
+    State &s = *st_;
+    if (s.closed.exchange(true, std::memory_order_acq_rel)) return;
+    // No row is claimed from now on; wait for the claimed ones (their memory belongs to the caller).
+    const size_t claimed = std::min(s.next.exchange(SIZE_MAX, std::memory_order_acq_rel), s.plans.size());
+    for (size_t i = 0; i < claimed; ++i) {
+        for (int n = 0; !s.done[i].load(std::memory_order_acquire);) backoff(++n);
+    }
 }
 
 }  // namespace lmt::sampling

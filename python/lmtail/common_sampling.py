@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling import Candidates, SamplingError, TopKRows
+from . import _core
+from ._validate import float32_array, threads_arg
+from .errors import ParameterError, ShapeError
+from .sampling import Candidates, Chain, SamplingError, TopKRows
+from .sampling import samplers as S
 from .sampling.topk_route import STATS, _grammar_constrains
 
-__all__ = ["common_sample", "common_sample_row"]
+__all__ = ["common_sample", "common_sample_row", "common_sample_rows"]
 
 
 def _mask_candidates(c, grammar) -> None:
@@ -103,3 +107,240 @@ def _selected(chain, c) -> int:
     if not 0 <= c.selected < c.size:
         raise SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size})")
     return int(c.buf["id"][c.offset + c.selected])
+
+
+# ---- many rows at once ------------------------------------------------------------------------
+# The samplers of a chain that lmtail._core.sampling_run_rows runs itself, as (kind, args...) ops
+# (the kinds of csrc/cpu/sampling.hpp's RowOpKind). Exact types only: a subclass may override
+# apply. A builder returns None when the sampler would do nothing in apply (llama.cpp's own
+# early returns, checked at call time as apply checks them).
+def _op_penalties(s):
+    # Penalties.disabled, on the float32 values the sampler holds
+    if s.last_n == 0 or (s.repeat == 1.0 and s.freq == 0.0 and s.present == 0.0):
+        return None
+    return (1, s.counts, list(s.prev), s.repeat, s.freq, s.present)
+
+
+def _op_bias(s):
+    if not s.biases:
+        return None
+    return (2, [t for t, _ in s.biases], [float(b) for _, b in s.biases])
+
+
+_ROW_OPS = {
+    S.Penalties: _op_penalties,
+    S.LogitBias: _op_bias,
+    S.TopK: lambda s: (3, s.k) if s.k > 0 else None,
+    S.TopP: lambda s: (4, s.p, s.min_keep) if s.p < 1.0 else None,
+    S.MinP: lambda s: (5, s.p, s.min_keep) if s.p > 0.0 else None,
+    S.Typical: lambda s: (6, s.p, s.min_keep) if s.p < 1.0 else None,
+    S.Temp: lambda s: (7, s.t),
+    S.TempExt: lambda s: (8, s.t, s.delta, s.exponent) if s.delta > 0 else (7, s.t),
+    S.TopNSigma: lambda s: (9, s.n) if s.n > 0.0 else None,
+    S.Greedy: lambda s: (10,),
+    S.Dist: None,  # the draw is made by _plan
+}
+_GREEDY_FRESH = [(12,)]
+
+
+def _compile(samplers) -> tuple:
+    """(samplers as a tuple, [(index, op builder or None for dist, sampler)] up to the first
+    sampler without a C++ path, that index): what _plan walks, kept per chain."""
+    steps = []
+    for j, s in enumerate(samplers):
+        t = type(s)
+        if t is S.Empty:
+            continue
+        if t not in _ROW_OPS or len(steps) == 64:
+            return tuple(samplers), steps, j
+        steps.append((j, _ROW_OPS[t], s))
+    return tuple(samplers), steps, len(samplers)
+
+
+def _plan(chain):
+    """(ops, stop, draws): the ops for the chain's samplers [0, stop) (the rest run in Python),
+    and for each dist op (op index, sampler, its engine before the draw made for it).
+    Parameters are read at every call (as apply reads them); only the chain's shape is cached."""
+    samplers = chain.samplers
+    cache = chain.__dict__.get("_rows_plan")
+    if cache is None or cache[0] != tuple(samplers):  # a tuple compares its items by identity first
+        cache = chain.__dict__["_rows_plan"] = _compile(samplers)
+    _, steps, stop = cache
+    ops: list = []
+    draws: list = []
+    fresh = True  # the array is still in id order with every token (a logit-bias op needs that)
+    for j, f, s in steps:
+        if f is None:  # dist: one uniform_real_distribution<double> draw, given back if unused
+            rng = s.rng
+            draws.append((len(ops), s, rng.copy()))
+            ops.append((11, rng.uniform_double(s.stdlib)))
+            fresh = False
+            continue
+        op = f(s)
+        if op is None:
+            continue
+        kind = op[0]
+        if kind == 2 and not fresh:
+            return ops, j, draws
+        if kind > 2:
+            fresh = False
+        ops.append(op)
+    return ops, stop, draws
+
+
+def _finish(chain, plan, res, grammar_row: bool) -> int:
+    """Give back the draws the row did not use, run the chain's remaining samplers in Python,
+    and return the selected token (chain.last as the single-row call leaves it)."""
+    ops, stop, draws = plan
+    off, size, sel, srt, used, err = res
+    for j, s, rng0 in draws:
+        if not (used >> j) & 1:
+            s.rng.assign(rng0)
+    if err:
+        raise _RowFallback()
+    if ops is _GREEDY_FRESH:
+        chain.last = None
+        return sel
+    c = Candidates(chain._buf, size, offset=off, selected=sel, sorted=srt)
+    samplers = chain.samplers
+    if stop < len(samplers):
+        for s in samplers[stop:]:
+            s.apply(c)
+    chain.last = c
+    sel = c.selected
+    if not 0 <= sel < c.size:
+        if grammar_row:
+            _selected(chain, c)
+        raise SamplingError(f"the chain {chain.names} selected no token (selected={c.selected}, size={c.size}); "
+                            "end it with a terminal sampler (dist, greedy, mirostat...)")
+    return int(c.buf[c.offset + sel][0])
+
+
+class _RowFallback(Exception):
+    """The row met a state the C++ rows leave to the single-row path (which reports it)."""
+
+
+def common_sample_rows(chains, logits, grammars=None, *, threads=None) -> np.ndarray:
+    """One token per row, int32 (B,): row r is exactly ``common_sample(chains[r], logits[r],
+    grammars[r])`` -- the same token, the same RNG draws, the same ``chain.last``.
+
+    ``chains``: B distinct :class:`~lmtail.sampling.Chain` of one n_vocab; ``logits``: (B, n_vocab)
+    float32 (any host array form ``common_sample`` takes); ``grammars``: None or B entries (None
+    for a row without one).  Nothing is accepted.  The logits fill, the fused leading samplers
+    (penalties, logit-bias, top-k read straight from the row) and the built-in samplers after
+    them run in C++ for all rows at once, without the GIL, rows split over ``threads`` (None: the
+    core's default); only grammar checks, RNG draws and samplers without a C++ path run in Python.
+    A row's result depends on nothing else: not the other rows, not the thread count.
+    All or nothing: if a row raises, no chain's state has advanced.
+    """
+    if isinstance(chains, Chain) or not hasattr(chains, "__len__"):
+        raise ParameterError(f"chains: expected a sequence of lmtail.sampling.Chain; found {type(chains).__name__}")
+    chains = list(chains)
+    if not chains:
+        raise ParameterError("chains: expected at least one chain")
+    for c in chains:
+        if not isinstance(c, Chain):
+            raise ParameterError(f"chains: expected lmtail.sampling.Chain entries; found {type(c).__name__}")
+    if len({id(c) for c in chains}) != len(chains):
+        raise ParameterError("chains: a chain appears twice (each row needs its own chain: RNG streams, buffer)")
+    V = chains[0].n_vocab
+    if any(c.n_vocab != V for c in chains):
+        raise ShapeError(f"chains: expected one n_vocab; found {sorted({c.n_vocab for c in chains})}")
+    if grammars is None:
+        grammars = [None] * len(chains)
+    else:
+        grammars = list(grammars)
+        if len(grammars) != len(chains):
+            raise ShapeError(f"grammars: expected {len(chains)} entries (one per chain, None for none); "
+                             f"found {len(grammars)}")
+        live = [id(g) for g in grammars if g is not None]
+        if len(set(live)) != len(live):
+            raise ParameterError("grammars: a grammar appears twice (each row needs its own parse state)")
+    x = float32_array(logits, "logits", ndims=(2,))
+    if x.shape != (len(chains), V):
+        raise ShapeError(f"logits: expected shape ({len(chains)}, {V}) (one row per chain, n_vocab); found {x.shape}")
+    t = threads_arg(threads)
+    return _sample_rows(chains, x, grammars, t if t else int(_core.default_threads()))
+
+
+def _rollback(chain, saved) -> None:
+    """Put a row's chain back as it was before _sample_rows touched it."""
+    draws, full, last = saved
+    if full is not None:
+        chain._load(full)
+    for _, s, rng0 in draws:  # the dist engines before the first draw made for them
+        s.rng.assign(rng0)
+    chain.last = last
+
+
+def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
+    B = len(chains)
+    out = np.empty(B, np.int32)
+    saved: list = []
+    r = 0
+    # With helpers, rows start as soon as they are planned and are finished as they come back,
+    # so this thread's Python work overlaps the helpers' rows (the GIL is never needed by them).
+    job = _core.SamplingRows(x, B, threads) if threads > 1 and B > 1 else None
+    try:
+        plans = []
+        items = []
+        for r, (c, g) in enumerate(zip(chains, grammars)):
+            last = c.last
+            if g is None and c._greedy_only:
+                p = (_GREEDY_FRESH, len(c.samplers), ())
+            else:
+                p = _plan(c)
+            # A row the C++ runs whole changes only its dist engines (undone from the plan's
+            # copies); a row with a Python tail or a grammar may change any sampler: saved whole
+            # (after the plan's draws, which leaves the samplers the plan stopped before as they were).
+            saved.append((p[2], c._save("apply") if g is not None or p[1] < len(c.samplers) else None, last))
+            plans.append(p)
+            if job is None:
+                items.append((r, c._buf, p[0], None))
+            else:
+                job.add((r, c._buf, p[0], None))
+        res = _core.sampling_run_rows(x, items, 1) if job is None else None
+        again = []
+        for r in range(B):
+            c, g = chains[r], grammars[r]
+            try:
+                tok = _finish(c, plans[r], res[r] if job is None else job.result(r), g is not None)
+            except _RowFallback:
+                _rollback(c, saved[r])
+                out[r] = common_sample(c, x[r], g)
+                continue
+            if g is not None and not g.allows(tok):
+                again.append(r)
+            out[r] = tok
+        if again:  # llama-server's resample: the whole chain again on the masked row
+            plans = {}
+            items = []
+            for r in list(again):
+                m = grammars[r].mask()
+                if not (isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.shape == (x.shape[1],)):
+                    # not a mask of n_vocab flags: the single-row path (and its error, if any)
+                    again.remove(r)
+                    _rollback(chains[r], saved[r])
+                    out[r] = common_sample(chains[r], x[r], grammars[r])
+                    continue
+                plans[r] = _plan(chains[r])
+                items.append((r, chains[r]._buf, plans[r][0], np.ascontiguousarray(m)))
+            res = _core.sampling_run_rows(x, items, threads) if items else []
+            for r, rr in zip(again, res):
+                try:
+                    out[r] = _finish(chains[r], plans[r], rr, True)
+                except _RowFallback:
+                    _rollback(chains[r], saved[r])
+                    out[r] = common_sample(chains[r], x[r], grammars[r])
+    except BaseException as e:
+        if job is not None:
+            job.close()  # before any state is put back: no row runs after this
+        for c, sv in zip(chains, saved):
+            _rollback(c, sv)
+        if note is not None and hasattr(e, "add_note"):
+            e.add_note(note(r))
+        raise
+    finally:
+        if job is not None:
+            job.close()
+    return out

@@ -20,12 +20,16 @@ Like :mod:`lmtail.common_sampling` this module sits above both the sampler and t
 it imports :mod:`lmtail.sampling` and takes a grammar by its protocol (``allows``, ``mask``,
 ``accept``, ``snapshot``/``check_snapshot``/``restore``, optionally ``awaiting_trigger``).
 
-Threads.  The per-row work is Python driving C++ kernels that release the GIL (the candidate
-fill, sorts, softmax, the fused top-k/min-p/penalty fills), so rows are spread over a small thread
-pool in contiguous chunks.  Grammar calls are serialised on one lock: matchers of one grammar
-share its interned Earley states and mask cache, which are not safe to grow from two threads
-(and the grammar work is pure Python, so a lock costs no parallelism).  Results never depend on
-the thread count: nothing a row computes is shared with another row.
+Threads.  :meth:`Batch.sample` is :func:`lmtail.common_sampling.common_sample_rows`: each row's
+candidate fill and its built-in samplers (fused: penalties and logit-bias as a few rewritten
+logits of a top-k read straight from the row, so the row is streamed once) run in C++ without
+the GIL, rows started as soon as they are planned on ``threads - 1`` helper threads and on the
+calling thread, which meanwhile does the Python part (RNG draws, grammar checks, samplers
+without a C++ path).  Grammar rows whose first draw is rejected are
+resampled together on their masks.  :meth:`Batch.sample_topk` spreads its rows over a small
+thread pool; there grammar calls are serialised on one lock (matchers of one grammar share its
+interned Earley states and mask cache, which are not safe to grow from two threads).  Results
+never depend on the thread count: nothing a row computes is shared with another row.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import numpy as np
 
 from . import _core
 from ._validate import float32_array, threads_arg
-from .common_sampling import common_sample, common_sample_row
+from .common_sampling import _sample_rows, common_sample_row
 from .errors import ParameterError, ShapeError
 from .sampling import Chain, TopKRows, batch_topk_needed, topk_needed
 from .serving_params import OPENAI_PARAMS, batch_logprobs, from_openai, from_vllm, openai_logprobs
@@ -100,8 +104,8 @@ _GRAMMAR_API = ("allows", "mask", "accept", "snapshot", "restore", "check_snapsh
 class Batch:
     """Per-request slots sampled together, each row exactly as its own ``common_sample`` call.
 
-    ``threads``: threads the rows are spread over (None: the core's default, LMTAIL_NUM_THREADS or
-    the usable CPUs; 1: no pool).  ``n_vocab``: fixed up front, or taken from the first slot.
+    ``threads``: threads the rows are spread over, the caller's included (None: the core's
+    default, LMTAIL_NUM_THREADS or the usable CPUs; 1: the calling thread only).  ``n_vocab``: fixed up front, or taken from the first slot.
     """
 
     def __init__(self, n_vocab: Optional[int] = None, *, threads: Optional[int] = None):
@@ -241,8 +245,8 @@ class Batch:
         if x.shape != (B, self.n_vocab):
             raise ShapeError(f"logits: expected shape ({B}, {self.n_vocab}) (one row per slot, n_vocab); found {x.shape}")
         slots = self._slots
-        grammars = [self._grammar(s) for s in slots]
-        return self._run(lambda r: common_sample(slots[r].chain, x[r], grammars[r]), B)
+        return _sample_rows([s.chain for s in slots], x, [s.grammar for s in slots], self.threads,
+                            note=lambda r: f"lmtail.serving.Batch: row {r} ({slots[r]!r}); no row advanced")
 
     def topk_needed(self, n_probs: int = 0, suppressed=()) -> list[int]:
         """Per row, the k its chain needs for the top-k read-back route (0: the whole row), as

@@ -74,7 +74,10 @@ class Mt19937:
     engine state as bytes and ``restore()`` resumes the exact output sequence from it.
     """
 
-    __slots__ = ("_mt", "_idx", "consumed", "seed")
+    # _tempered: (the word list it was computed from, the 624 tempered outputs of those words),
+    # recomputed whenever _mt is another list (a twist, a reseed, a restore, or code that assigns
+    # _mt directly, as lmtail.speculative does).
+    __slots__ = ("_mt", "_idx", "consumed", "seed", "_tempered")
 
     def __init__(self, seed: int = 5489):
         self.reseed(seed)
@@ -91,32 +94,46 @@ class Mt19937:
         self._idx = _N
         self.consumed = 0
         self.seed = seed
+        self._tempered = (None, None)
 
     def _twist(self) -> None:
         # Copy-on-write: the word list is never changed in place once published, so a saved
         # state (copy(), a chain's undo record) can share it instead of copying 624 words.
-        mt = self._mt[:]
-        for i in range(_N):
-            y = (mt[i] & _UPPER) | (mt[(i + 1) % _N] & _LOWER)
-            v = mt[(i + _M) % _N] ^ (y >> 1)
-            if y & 1:
-                v ^= _MATRIX_A
-            mt[i] = v
-        self._mt = mt
+        # Vectorised in the four spans whose words depend only on words of earlier spans (word i
+        # reads words i + 1 (not yet twisted) and (i + 397) % 624 (twisted when i >= 227)); the
+        # same uint32 arithmetic as the word-by-word recurrence, so the same words.
+        mt = np.array(self._mt, dtype=np.uint32)
+        for lo, hi in ((0, _N - _M), (_N - _M, 2 * (_N - _M)), (2 * (_N - _M), _N - 1)):
+            y = (mt[lo:hi] & np.uint32(_UPPER)) | (mt[lo + 1:hi + 1] & np.uint32(_LOWER))
+            src = mt[lo + _M:hi + _M] if hi + _M <= _N else mt[lo + _M - _N:hi + _M - _N]
+            mt[lo:hi] = src ^ (y >> np.uint32(1)) ^ ((y & np.uint32(1)) * np.uint32(_MATRIX_A))
+        y = (int(mt[_N - 1]) & _UPPER) | (int(mt[0]) & _LOWER)
+        v = int(mt[_M - 1]) ^ (y >> 1)
+        mt[_N - 1] = v ^ _MATRIX_A if y & 1 else v
+        self._mt = mt.tolist()
         self._idx = 0
+
+    def _temper(self):
+        y = np.array(self._mt, dtype=np.uint32)
+        y ^= y >> np.uint32(11)
+        y ^= (y << np.uint32(7)) & np.uint32(0x9D2C5680)
+        y ^= (y << np.uint32(15)) & np.uint32(0xEFC60000)
+        y ^= y >> np.uint32(18)
+        self._tempered = t = (self._mt, y.tolist())
+        return t
 
     def __call__(self) -> int:
         """The next 32-bit output (``engine()``)."""
-        if self._idx >= _N:
+        i = self._idx
+        if i >= _N:
             self._twist()
-        y = self._mt[self._idx]
-        self._idx += 1
+            i = 0
+        t = self._tempered
+        if t[0] is not self._mt:
+            t = self._temper()
+        self._idx = i + 1
         self.consumed += 1
-        y ^= y >> 11
-        y ^= (y << 7) & 0x9D2C5680
-        y ^= (y << 15) & 0xEFC60000
-        y ^= y >> 18
-        return y
+        return t[1][i]
 
     def discard(self, n: int) -> None:
         """Advance by n outputs (``engine.discard(n)``)."""
@@ -181,6 +198,7 @@ class Mt19937:
         e = cls.__new__(cls)
         e._mt = mt
         e._idx, e.consumed, e.seed = vals[_N], vals[_N + 1], vals[_N + 2]
+        e._tempered = (None, None)
         return e
 
     def restore(self, blob: bytes) -> None:
@@ -193,6 +211,7 @@ class Mt19937:
             raise ParameterError(f"Mt19937.assign: expected an Mt19937; found {type(other).__name__}")
         self._mt = other._mt  # shared: never written in place (see _twist)
         self._idx, self.consumed, self.seed = other._idx, other.consumed, other.seed
+        self._tempered = other._tempered
 
     @staticmethod
     def snapshot_size() -> int:
@@ -204,6 +223,7 @@ class Mt19937:
         c = Mt19937.__new__(Mt19937)
         c._mt = self._mt  # shared: never written in place (see _twist)
         c._idx, c.consumed, c.seed = self._idx, self.consumed, self.seed
+        c._tempered = self._tempered
         return c
 
     def __eq__(self, other) -> bool:
