@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "cpu/types/float_common.hpp"
+#include "cpu/types/x86_lanes.hpp"
 
 namespace lmt::cpu {
 namespace {
@@ -122,15 +123,10 @@ static inline void rows_tn_512(const MatvecCall &c, int64_t r, int64_t t0, int n
     }
 }
 
-// Rows [r0, r1): R at a time (the rest one by one), and per row group every block of activation
-// rows, so the group's weights are read from DRAM once and stay in L1 for the later blocks.
 template <class L, int R>
 static inline void rows_all_512(const MatvecCall &c, int64_t r0, int64_t r1, int64_t per) {
-    int64_t r = r0;
-    for (; r + R <= r1; r += R)
-        for (int64_t t0 = 0; t0 < c.T; t0 += per) rows_tn_512<L, R>(c, r, t0, (int)std::min<int64_t>(per, c.T - t0));
-    for (; r < r1; ++r)
-        for (int64_t t0 = 0; t0 < c.T; t0 += per) rows_tn_512<L, 1>(c, r, t0, (int)std::min<int64_t>(per, c.T - t0));
+    for_row_groups<R>(r0, r1, c.T, per,
+                      [&](auto g, int64_t r, int64_t t0, int nt) { rows_tn_512<L, decltype(g)::value>(c, r, t0, nt); });
 }
 
 template <class L>

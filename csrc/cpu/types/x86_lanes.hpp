@@ -5,7 +5,9 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace lmt::cpu {
 namespace {
@@ -22,6 +24,20 @@ template <int N>
 static inline void prefetch_lines(const void *p) {
     const char *c = static_cast<const char *>(p);
     for (int i = 0; i < N; ++i) _mm_prefetch(c + 64 * i, _MM_HINT_T0);
+}
+
+// Rows [r0, r1) of a T > 1 call: R weight rows at a time (the rest one by one), each row group
+// over every block of `per` activation rows, so the group's weights are read from DRAM once and
+// from L1 for the later blocks. tile(std::integral_constant<int, R'>, r, t0, nt) computes one tile.
+template <int R, class Tile>
+static inline void for_row_groups(int64_t r0, int64_t r1, int64_t T, int64_t per, Tile &&tile) {
+    int64_t r = r0;
+    for (; r + R <= r1; r += R)
+        for (int64_t t0 = 0; t0 < T; t0 += per)
+            tile(std::integral_constant<int, R>{}, r, t0, (int)std::min<int64_t>(per, T - t0));
+    for (; r < r1; ++r)
+        for (int64_t t0 = 0; t0 < T; t0 += per)
+            tile(std::integral_constant<int, 1>{}, r, t0, (int)std::min<int64_t>(per, T - t0));
 }
 
 #if defined(__AVX512F__)

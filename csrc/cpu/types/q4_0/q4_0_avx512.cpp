@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
+#include "cpu/types/x86_lanes.hpp"
 
 namespace lmt::cpu::q4_0 {
 namespace {
@@ -80,15 +81,10 @@ static void rows_tn(const Args &a, int64_t r, int64_t t0, int nt) {
     }
 }
 
-// R rows at a time (the rest one by one), every block of activation rows per row group so the
-// group's weights are read once and stay in L1 for the later blocks.
 template <int R>
 static void rows_all(const Args &a, int64_t r0, int64_t r1, int64_t per) {
-    int64_t r = r0;
-    for (; r + R <= r1; r += R)
-        for (int64_t t0 = 0; t0 < a.T; t0 += per) rows_tn<R>(a, r, t0, (int)std::min<int64_t>(per, a.T - t0));
-    for (; r < r1; ++r)
-        for (int64_t t0 = 0; t0 < a.T; t0 += per) rows_tn<1>(a, r, t0, (int)std::min<int64_t>(per, a.T - t0));
+    for_row_groups<R>(r0, r1, a.T, per,
+                      [&](auto g, int64_t r, int64_t t0, int nt) { rows_tn<decltype(g)::value>(a, r, t0, nt); });
 }
 
 }  // namespace

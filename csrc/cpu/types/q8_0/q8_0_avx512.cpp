@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "cpu/types/q8_0/q8_0.hpp"
+#include "cpu/types/x86_lanes.hpp"
 
 namespace lmt::cpu {
 namespace {
@@ -119,15 +120,10 @@ static inline void rows_tn(const MatvecArgs &a, int64_t r, int64_t t0, int nt) {
     }
 }
 
-// Rows [r0, r1): R at a time (the rest one by one), and per row group every block of activation
-// rows, so the group's weights come from DRAM once and from L1 for the later blocks.
 template <int R>
 static inline void rows_all(const MatvecArgs &a, int64_t r0, int64_t r1, int64_t per) {
-    int64_t r = r0;
-    for (; r + R <= r1; r += R)
-        for (int64_t t0 = 0; t0 < a.T; t0 += per) rows_tn<R>(a, r, t0, (int)std::min<int64_t>(per, a.T - t0));
-    for (; r < r1; ++r)
-        for (int64_t t0 = 0; t0 < a.T; t0 += per) rows_tn<1>(a, r, t0, (int)std::min<int64_t>(per, a.T - t0));
+    for_row_groups<R>(r0, r1, a.T, per,
+                      [&](auto g, int64_t r, int64_t t0, int nt) { rows_tn<decltype(g)::value>(a, r, t0, nt); });
 }
 
 }  // namespace
