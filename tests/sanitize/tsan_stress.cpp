@@ -227,6 +227,37 @@ std::vector<Case> make_cases(const Inputs &in) {
                       d.resize(1000);
                       return bytes_of(d);
                   }, {}});
+    // Batched sampling rows (serving.Batch): a RowsJob's persistent helpers claim rows while the
+    // caller adds and waits for them; several callers' jobs share those helpers.
+    cs.push_back({"sampling RowsJob", [&in](int nt) {
+                      constexpr size_t n_rows = 8, V = 20000;
+                      std::vector<std::vector<lmt::sampling::TokenData>> buf(n_rows, std::vector<lmt::sampling::TokenData>(V));
+                      lmt::sampling::RowsJob job(n_rows, nt);
+                      Bytes b;
+                      for (size_t k = 0; k < n_rows; ++k) {
+                          lmt::sampling::RowPlan &pl = job.slot(k);
+                          pl.x = in.rowsx.data() + k * V;
+                          pl.n = V;
+                          pl.d = buf[k].data();
+                          lmt::sampling::RowOp top, temp, dist;
+                          top.kind = lmt::sampling::kOpTopK;
+                          top.z0 = 40;
+                          temp.kind = lmt::sampling::kOpTemp;
+                          temp.f0 = 0.8f;
+                          dist.kind = lmt::sampling::kOpDist;
+                          dist.u = (double)(k + 1) / (n_rows + 1);
+                          pl.ops = {top, temp, dist};
+                          job.add(k);
+                      }
+                      for (size_t k = 0; k < n_rows; ++k) {
+                          const lmt::sampling::RowPlan &pl = job.wait(k);
+                          append(b, pl.selected);
+                          append(b, pl.size);
+                          append(b, pl.error);
+                      }
+                      job.close();
+                      return b;
+                  }, {}});
     return cs;
 }
 
