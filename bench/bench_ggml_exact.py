@@ -64,7 +64,11 @@ def main() -> None:
         w = random_blocks(dtype, ROWS, COLS)
         for T in map(int, a.T.split(",")):
             x = np.random.default_rng(T).standard_normal((T, COLS)).astype(np.float32)
-            mm = G.MatMul(w, tid, COLS, T, repack=True)
+            try:
+                mm = G.MatMul(w, tid, COLS, T, repack=True)
+            except G.OracleUnavailable as e:  # the oracle's AMX tile kernel dies on this machine
+                print(f"{dtype:5} {T:>2} skipped: {e}")
+                continue
             mm.set_x(x)
             reps = a.reps if T == 1 else max(5, a.reps // 3)
             for nt in map(int, a.threads.split(",")):

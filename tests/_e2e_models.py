@@ -273,7 +273,9 @@ def _ggml():
     if _GGML is None:
         from oracle._lib import load
 
-        g = load("ggml-base")
+        # Its own CDLL object: the restypes set here must not change the function objects of the
+        # cached one that tests/oracle/graph.py declares (ggml_get_name returns a pointer there).
+        g = ctypes.CDLL(load("ggml-base")._name, mode=ctypes.RTLD_GLOBAL)
         g.ggml_get_name.restype = ctypes.c_char_p
         g.ggml_get_name.argtypes = [ctypes.c_void_p]
         g.ggml_nelements.restype = ctypes.c_int64
@@ -290,13 +292,34 @@ class LlamaLoadError(RuntimeError):
     pass
 
 
+def amx_tile_crash(path: Path) -> str | None:
+    """Why llama.cpp would die on a batch (T > 1) of this model here, or None: a weight it loads
+    into the AMX buffer, where the oracle's AMX tile kernel cannot run (graph.amx_tiles_broken)."""
+    from oracle import graph as G
+
+    why = G.amx_tiles_broken()
+    if not why:
+        return None
+    import gguf
+
+    for t in gguf.GGUFReader(str(path)).tensors:
+        if len(t.shape) == 2 and G.amx_takes(int(t.tensor_type), int(t.shape[1]), int(t.shape[0])):
+            return f"{t.name} ({t.tensor_type.name}) goes to the AMX buffer; {why}"
+    return None
+
+
 class LlamaRun:
     """One model and one context in llama.cpp on the CPU, with embeddings on (pooling NONE): each
-    decode gives every token's logits and its post-norm hidden state (result_norm)."""
+    decode gives every token's logits and its post-norm hidden state (result_norm).
+
+    Where llama.cpp would die on a batch (``amx_tile_crash``), decode() feeds a batch one token at
+    a time (``self.one_by_one`` says why): every logit then comes from the AMX gemv, whose bytes
+    the tile gemm shares (graph.mul_mat_llama), and the hidden states are llama.cpp's own."""
 
     def __init__(self, path: Path, threads: int = 2, capture: tuple[str, ...] = ()):
         L = lc()
         self.L = L
+        self.one_by_one = amx_tile_crash(path)
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = 0
         self.model = L.llama_model_load_from_file(os.fsencode(path), mp)
@@ -369,6 +392,14 @@ class LlamaRun:
         as float32 copies of llama.cpp's buffers."""
         L = self.L
         T = len(tokens)
+        if T > 1 and self.one_by_one:
+            parts, caps = [], {}
+            for tok in tokens:
+                parts.append(self.decode([tok]))
+                for k, v in self.captured.items():
+                    caps.setdefault(k, []).append(v.copy())
+            self.captured = {k: np.concatenate(v) for k, v in caps.items()}
+            return np.concatenate([h for h, _ in parts]), np.concatenate([g for _, g in parts])
         batch = L.llama_batch_init(T, 0, 1)
         try:
             for i, tok in enumerate(tokens):

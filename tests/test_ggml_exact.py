@@ -1,12 +1,14 @@
 """precision="ggml" for the K-quant heads (Q4_K, Q5_K, Q6_K): the whole (T, rows) logits are the
 bytes of the oracle's ggml ``mul_mat`` on the same weight bytes, with the weight where llama.cpp
-puts it (``MatMul(..., repack=True)``: the CPU_REPACK buffer, which repacks Q4_K with rows % 8 ==
-0 on AVX2 and leaves the other weights in a plain buffer). ggml's path changes with T (vec_dot for
-T < 8, the tiled matmul for T >= 8, CPU_REPACK's gemv / gemm for repacked Q4_K), so every T in
-1, 2, 4, 7, 8, 9, 16 is compared, with 1 and 2 threads on both sides.
+puts it (``graph.mul_mat_llama``: the AMX buffer on an AMX build for rows % 32 == 0, else the
+CPU_REPACK buffer, which repacks Q4_K with rows % 8 == 0 on AVX2, and a plain buffer for the
+other weights). ggml's path changes with T (vec_dot for T < 8, the tiled matmul for T >= 8,
+CPU_REPACK's gemv / gemm for repacked Q4_K; AMX's gemv / tile gemm), so every T in 1, 2, 4, 7,
+8, 9, 16 is compared, with 1 and 2 threads on both sides.
 
-precision="ggml" for these types reproduces ggml's x86 AVX2 and AVX-512 builds (the same bytes:
-the AVX-512 build's 512-bit / VNNI code changes only exact integer sums), each row's
+precision="ggml" for these types reproduces ggml's x86 AVX2, AVX-512 and AMX builds (the first
+two give the same bytes: the AVX-512 build's 512-bit / VNNI code changes only exact integer
+sums; the AMX build runs its own kernels for the weights its buffer takes), each row's
 ``ggml_builds``; the comparisons run lmtail as the oracle's build (``isa=``) and skip with the
 reason on a host whose oracle is another build; the refusal tests still run."""
 
@@ -87,10 +89,12 @@ def activations(kind, T, cols, seed):
 
 
 def oracle(g, q, dtype, cols, x, threads):
-    m = g.MatMul(q, TYPES[dtype][0], cols, x.shape[0], repack=True)
-    # llama.cpp's path: CPU_REPACK for Q4_K with rows % 8 == 0 on AVX2 / AVX-512, a plain buffer otherwise
-    assert m.repacked == (dtype == "Q4_K" and q.shape[0] % 8 == 0)
-    return m.run(x, threads=threads)
+    y, placement = g.mul_mat_llama(q, TYPES[dtype][0], cols, x, threads=threads)
+    # llama.cpp's path: the AMX buffer where the oracle has one and rows % 32 == 0, else
+    # CPU_REPACK for Q4_K with rows % 8 == 0 on AVX2 / AVX-512, a plain buffer otherwise
+    amx = g.amx_takes(TYPES[dtype][0], q.shape[0], cols)
+    assert placement == ("AMX" if amx else "CPU_REPACK" if dtype == "Q4_K" and q.shape[0] % 8 == 0 else "CPU")
+    return y
 
 
 @pytest.mark.oracle
@@ -182,16 +186,20 @@ def test_head_publishes_llama_cpp_bytes(dtype, rows):
 @pytest.mark.parametrize("dtype", list(TYPES))
 def test_auto_is_the_native_build(dtype):
     """isa="auto" reproduces the build a native llama.cpp compiles here; every reproduced build
-    is accepted and, for these types, gives the same bytes."""
+    is accepted; the AVX2 and AVX-512 builds give the same bytes, and so does the AMX build for a
+    weight its buffer does not take (rows % 32 != 0)."""
     if not OFFERED:
         pytest.skip("precision='ggml' is not offered on this CPU")
-    q = quantize(dtype, np.random.default_rng(5).standard_normal((24, 512)).astype(np.float32))
-    for T in (1, 4, 8):
-        x = np.random.default_rng(T).standard_normal((T, 512)).astype(np.float32)
-        want = sha(ggml_mv(q, x, dtype, isa=_core.ggml_native_build()))
-        assert sha(ggml_mv(q, x, dtype, isa="auto")) == want
-        for b in BUILDS[dtype]:
-            assert sha(ggml_mv(q, x, dtype, isa=b)) == want, (dtype, b, T)
+    for rows in (24, 64):
+        q = quantize(dtype, np.random.default_rng(5).standard_normal((rows, 512)).astype(np.float32))
+        for T in (1, 4, 8):
+            x = np.random.default_rng(T).standard_normal((T, 512)).astype(np.float32)
+            want = sha(ggml_mv(q, x, dtype, isa=_core.ggml_native_build()))
+            assert sha(ggml_mv(q, x, dtype, isa="auto")) == want
+            base = sha(ggml_mv(q, x, dtype, isa="avx2"))
+            assert sha(ggml_mv(q, x, dtype, isa="avx512")) == base
+            amx = sha(ggml_mv(q, x, dtype, isa="amx"))
+            assert (amx == base) == (rows % 32 != 0), (dtype, rows, T)
 
 
 def test_k_types_reproduce_the_x86_avx2_and_avx512_builds():
@@ -199,7 +207,7 @@ def test_k_types_reproduce_the_x86_avx2_and_avx512_builds():
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("precision='ggml' for the K types is compiled on x86 builds only")
-    assert BUILDS == {t: ["avx2", "avx512"] for t in TYPES}
+    assert BUILDS == {t: ["avx2", "avx512", "amx"] for t in TYPES}
 
 
 @pytest.mark.parametrize("dtype", list(TYPES))
@@ -257,3 +265,27 @@ def test_every_path_thread_invariant_and_close_without_oracle(dtype):
             assert sha(ggml_mv(q, x, dtype, threads=3)) == sha(got)
             ref = x.astype(np.float64) @ w.astype(np.float64).T
             assert np.linalg.norm(got - ref) <= 2e-2 * np.linalg.norm(ref), (dtype, rows, T)
+
+
+@pytest.mark.parametrize("dtype", ["Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"])
+def test_amx_build_is_batch_and_thread_invariant(dtype):
+    """ggml's AMX build (isa="amx": native where the CPU has AMX-INT8) applies one per-block float
+    update to exact integer sums in its T = 1 gemv and its T > 1 tile gemm, so a batch row is the
+    bytes of that row alone, for any thread count (compared with the oracle's AMX buffer in the
+    byte tests above wherever the oracle has one); the values are float-error close to float64."""
+    if not _core.isa_available("avx2"):
+        pytest.skip("the ggml emulations run AVX2 code")
+    rng = np.random.default_rng(21)
+    for rows, cols in ((64, 512), (96, 2816), (32, 256)):
+        w = rng.standard_normal((rows, cols)).astype(np.float32)
+        q = np.ascontiguousarray(lmtail.quantize(w, dtype))
+        x = rng.standard_normal((9, cols)).astype(np.float32)
+        batch = ggml_mv(q, x, dtype, isa="amx", threads=2)
+        alone = np.stack([ggml_mv(q, x[t], dtype, isa="amx", threads=1) for t in range(len(x))])
+        assert sha(batch) == sha(alone), (dtype, rows, cols)
+        assert sha(ggml_mv(q, x, dtype, isa="amx", threads=3)) == sha(batch)
+        ref = x.astype(np.float64) @ lmtail.dequantize(q, dtype, cols).astype(np.float64).T
+        err = np.linalg.norm(batch - ref) / np.linalg.norm(ref)
+        assert err < (2e-2 if dtype in ("Q4_0", "Q4_K") else 1e-2), (dtype, err)  # q8 activations
+        # the AVX-512 build runs other orders (vec_dot / tiled): AMX is its own build
+        assert dtype == "Q4_0" or sha(ggml_mv(q, x[:1], dtype, isa="avx512")) != sha(batch[:1])

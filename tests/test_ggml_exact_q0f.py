@@ -1,8 +1,9 @@
 """precision="ggml" for Q8_0, Q4_0, F16, BF16 and F32: the raw bytes of ggml's CPU mul_mat.
 
 Every comparison runs the oracle's ggml graph (tests/oracle/graph.py MatMul) on the same weight
-bytes and x, with the weight where llama.cpp puts it: the CPU_REPACK buffer for Q4_0 with
-rows % 8 == 0 (llama.cpp's default use_extra_bufts), a plain CPU buffer otherwise. The whole
+bytes and x, with the weight where llama.cpp puts it (llama.cpp's default use_extra_bufts): the AMX
+buffer on an AMX build for Q8_0 / Q4_0 with rows % 32 == 0, else the CPU_REPACK buffer for Q4_0
+with rows % 8 == 0, a plain CPU buffer otherwise. The whole
 (T, rows) output must be byte-identical for T = 1 .. 16 (ggml switches from vec_dot to llamafile's
 sgemm at T = 2, from the repack gemv to its gemm at T = 4), with 1 and 2 threads on both sides.
 Each type's row lists the ggml builds it reproduces (``ggml_builds``): Q8_0 and Q4_0 the x86 AVX2
@@ -74,10 +75,13 @@ def bits(a):
 
 
 def oracle(G, q, dtype, cols, x, threads):
-    repack = dtype == "Q4_0" and q.shape[0] % 8 == 0
-    with G.MatMul(q, TYPE_ID[dtype], cols, x.shape[0], repack=repack) as mm:
-        assert mm.repacked == repack
-        return mm.run(x, threads)
+    if dtype not in ("Q4_0", "Q8_0"):  # the float weights stay in a plain buffer (as llama.cpp's here)
+        with G.MatMul(q, TYPE_ID[dtype], cols, x.shape[0]) as mm:
+            return mm.run(x, threads)
+    y, placement = G.mul_mat_llama(q, TYPE_ID[dtype], cols, x, threads)
+    amx = G.amx_takes(TYPE_ID[dtype], q.shape[0], cols)
+    assert placement == ("AMX" if amx else "CPU_REPACK" if dtype == "Q4_0" and q.shape[0] % 8 == 0 else "CPU")
+    return y
 
 
 def activations(rng, kind, T, cols):
@@ -268,12 +272,11 @@ def test_q8_0_full_head_202048x6656_equals_ggml(G):
     rng = np.random.default_rng(12)
     for T in (1, 8):
         x = rng.standard_normal((T, cols)).astype(np.float32)
-        with G.MatMul(q, TYPE_ID["Q8_0"], cols, T) as mm:
-            for th in (1, 2):
-                ref = mm.run(x, th)
-                for lt in (1, 2):
-                    got = lmtail.ops.matvec(q, x, "Q8_0", precision="ggml", threads=lt, isa=G.isa)
-                    assert np.array_equal(bits(got), bits(ref)), (T, th, lt)
+        for th in (1, 2):
+            ref = oracle(G, q, "Q8_0", cols, x, th)  # on an AMX build: the AMX buffer (rows % 32 == 0)
+            for lt in (1, 2):
+                got = lmtail.ops.matvec(q, x, "Q8_0", precision="ggml", threads=lt, isa=G.isa)
+                assert np.array_equal(bits(got), bits(ref)), (T, th, lt)
 
 
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
@@ -322,14 +325,14 @@ def test_reproduced_builds():
     changes exact integer sums only); the float types have an emulation of its 16-lane sums, F16
     not on an AVX512_FP16 CPU (its native build sums in fp16), BF16 only on an AVX512_BF16 CPU
     (vdpbf16ps; the AVX512F-only variant is not verified)."""
-    both = ["avx2", "avx512"]
-    f16 = ["avx2"] if _cpu_flag("avx512_fp16") else both
+    both = ["avx2", "avx512", "amx"]  # AMX: F32 / BF16 never go to its buffer (its AVX-512 bytes)
+    f16 = ["avx2"] if _cpu_flag("avx512_fp16") else ["avx2", "avx512"]
     bf16 = both if _cpu_flag("avx512_bf16") else ["avx2"]
     assert BUILDS == {"F32": both, "F16": f16, "Q4_0": both, "Q8_0": both, "BF16": bf16}
 
 
 @needs_x86
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "scalar"])
+@pytest.mark.parametrize("isa", ["avx2", "avx512", "amx", "scalar"])
 @pytest.mark.parametrize("dtype", ["Q8_0", "Q4_0", "F16", "BF16", "F32"])
 def test_unclaimed_ggml_builds_are_unsupported(dtype, isa):
     """A build the type does not reproduce (scalar builds take other orders; F16 / BF16 AVX-512

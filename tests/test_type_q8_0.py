@@ -110,9 +110,9 @@ def reference(q, cols, x):
 def test_type_row():
     row = [t for t in _core.cpu_types() if t["id"] == Q8_0]
     # precision "ggml" (tests/test_ggml_exact_q0f.py) is offered where ggml's native build is one
-    # it reproduces (x86: the AVX2 and AVX-512 builds) and the CPU runs the AVX2 emulation.
+    # it reproduces (x86: the AVX2, AVX-512 and AMX builds) and the CPU runs the AVX2 emulation.
     assert row and row[0]["precisions"] in (["f32"], ["f32", "ggml"])
-    assert row[0]["ggml_builds"] in ([], ["avx2", "avx512"])
+    assert row[0]["ggml_builds"] in ([], ["avx2", "avx512", "amx"])
     assert row == [{"id": 8, "name": "Q8_0", "block_elems": 32, "block_bytes": 34,
                     "precisions": row[0]["precisions"], "default_precision": "f32",
                     "ggml_builds": row[0]["ggml_builds"]}]

@@ -319,7 +319,8 @@ PYBIND11_MODULE(_core, m) {
                 d["precisions"] = precs;
                 py::list builds;  // the ggml builds precision "ggml" reproduces (its isa= values)
                 const uint32_t gb = lmt::cpu::type_ggml_builds(i.type);
-                for (lmt::cpu::Isa b : {lmt::cpu::Isa::Scalar, lmt::cpu::Isa::Avx2, lmt::cpu::Isa::Avx512, lmt::cpu::Isa::Neon})
+                for (lmt::cpu::Isa b : {lmt::cpu::Isa::Scalar, lmt::cpu::Isa::Avx2, lmt::cpu::Isa::Avx512, lmt::cpu::Isa::Neon,
+                                          lmt::cpu::Isa::Amx})
                     if (gb & (1u << (int)b)) builds.append(lmt::cpu::isa_name(b));
                 d["ggml_builds"] = builds;
                 d["default_precision"] = lmt::cpu::precision_name(lmt::cpu::default_precision(i.type));

@@ -67,6 +67,7 @@ const char *isa_name(Isa isa) {
         case Isa::Avx2: return "avx2";
         case Isa::Avx512: return "avx512";
         case Isa::Neon: return "neon";
+        case Isa::Amx: return "amx";
     }
     return "unknown";
 }

@@ -134,10 +134,12 @@ def matvec(
     ``precision="ggml"`` (CPU; the types whose ``precisions`` list it) returns the bytes of ggml's
     own CPU ``mul_mat`` (llama.cpp's logits), following the path llama.cpp takes for that type and
     T (for the K types: vec_dot for T < 8, the tiled matmul for T >= 8, CPU_REPACK's gemv/gemm for
-    a Q4_K weight with rows % 8 == 0). It is independent of the thread count but NOT batch
-    invariant: a verify batch can differ from one-by-one decoding exactly as in llama.cpp. ``isa``
-    then names the ggml build reproduced ("auto": the one ggml compiles natively on this CPU); a
-    build lmtail does not reproduce (only "avx2" is, for the K types) raises UnsupportedError.
+    a Q4_K weight with rows % 8 == 0; on ggml's AMX build, its AMX kernels for the Q4_0, Q8_0 and
+    K-quant weights with rows % 32 == 0). It is independent of the thread count but NOT batch
+    invariant (except on the AMX build's own kernels): a verify batch can differ from one-by-one
+    decoding exactly as in llama.cpp. ``isa`` then names the ggml build reproduced ("avx2",
+    "avx512", "amx"; "auto": the one ggml compiles natively on this CPU); a build lmtail does not
+    reproduce for that type raises UnsupportedError.
 
     Errors: a name or id that is not a ggml type: :class:`lmtail.ParameterError`; a ggml type
     (or precision) this backend does not run: :class:`lmtail.UnsupportedError` naming the

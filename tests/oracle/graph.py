@@ -105,6 +105,7 @@ class _Api:
         self.cpu_buffer_from_ptr = _decl(base, "ggml_backend_cpu_buffer_from_ptr", P, P, c_size_t)
         self.buft_name = _decl(base, "ggml_backend_buft_name", ctypes.c_char_p, P)
         self.buft_alloc_buffer = _decl(base, "ggml_backend_buft_alloc_buffer", P, P, c_size_t)
+        self.buft_get_alloc_size = _decl(base, "ggml_backend_buft_get_alloc_size", c_size_t, P, P)
         self.buffer_get_base = _decl(base, "ggml_backend_buffer_get_base", P, P)
         self.tensor_set = _decl(base, "ggml_backend_tensor_set", None, P, P, c_size_t, c_size_t)
         self.reg_dev_get = _decl(base, "ggml_backend_reg_dev_get", P, P, c_size_t)
@@ -138,12 +139,13 @@ def available() -> bool:
 
 
 def oracle_build_isa() -> str:
-    """The ISA the oracle's ggml-cpu was compiled for ("avx512", "avx2", "neon" or "scalar"): the
-    build whose bytes precision="ggml" must reproduce on this machine (ggml_cpu_has_* report the
-    compile-time flags of that library)."""
+    """The ISA the oracle's ggml-cpu was compiled for ("amx", "avx512", "avx2", "neon" or
+    "scalar"): the build whose bytes precision="ggml" must reproduce on this machine
+    (ggml_cpu_has_* report the compile-time flags of that library; "amx" is an AVX-512 build
+    whose AMX extra buffer exists here, which llama.cpp then loads the weights it supports into)."""
     a = api()
     if a.cpu_has_avx512():
-        return "avx512"
+        return "amx" if extra_buffer_type("AMX") is not None else "avx512"
     if a.cpu_has_avx2():
         return "avx2"
     if a.cpu_has_neon():
@@ -152,9 +154,10 @@ def oracle_build_isa() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def repack_buffer_type() -> Optional[int]:
-    """ggml-cpu's CPU_REPACK extra buffer type (what llama.cpp loads weights into by default,
-    use_extra_bufts), or None when this build has none."""
+def extra_buffer_type(name: str) -> Optional[int]:
+    """ggml-cpu's extra buffer type ``name`` ("AMX", "CPU_REPACK": what llama.cpp loads weights
+    into by default, use_extra_bufts, in that order of preference), or None when this build (or
+    this machine, for AMX) has none."""
     a = api()
     dev = a.reg_dev_get(a.cpu_reg(), 0)
     fn = a.reg_get_proc_address(a.cpu_reg(), b"ggml_backend_dev_get_extra_bufts")
@@ -164,10 +167,57 @@ def repack_buffer_type() -> Optional[int]:
     lst = get(dev)
     i = 0
     while lst and lst[i]:
-        if a.buft_name(lst[i]) == b"CPU_REPACK":
+        if a.buft_name(lst[i]) == name.encode():
             return int(lst[i])
         i += 1
     return None
+
+
+def repack_buffer_type() -> Optional[int]:
+    return extra_buffer_type("CPU_REPACK")
+
+
+# The weights llama.cpp puts in the AMX buffer (ggml-cpu/amx/amx.cpp supports_op): a type with
+# AMX kernels (qtype_has_amx_kernels; the ones lmtail runs) and its block alignment, rows % 32.
+AMX_TYPES = {2: 32, 8: 32, 12: 256, 13: 256, 14: 256}  # Q4_0, Q8_0, Q4_K, Q5_K, Q6_K
+
+
+def amx_takes(type_id: int, rows: int, cols: int) -> bool:
+    return (extra_buffer_type("AMX") is not None and type_id in AMX_TYPES and rows % 32 == 0
+            and cols % AMX_TYPES[type_id] == 0)
+
+
+_AMX_PROBE = """
+import numpy as np, sys
+sys.path.insert(0, sys.argv[1])
+from oracle import graph as g
+w = np.zeros((32, 34), np.uint8)
+g.MatMul(w, 8, 32, 2, repack=True).run(np.ones((2, 32), np.float32))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def amx_tiles_broken() -> Optional[str]:
+    """Why the oracle's AMX tile kernel (mul_mat with T > 1 on a weight in the AMX buffer) cannot
+    run here, or None when it runs (or there is no AMX buffer). Probed in a child process: with
+    llama-cpp-python 0.3.36 built by GCC 12, ggml's ggml_tile_config_init loads a tile
+    configuration whose rows / colsb stores the compiler dropped, and the first tile instruction
+    raises SIGILL (seen on an Intel Xeon with AMX, 2026-12-06), which would kill the caller."""
+    if extra_buffer_type("AMX") is None:
+        return None
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, LMTAIL_ORACLE_AMX_PROBE="1")
+    r = subprocess.run([sys.executable, "-c", _AMX_PROBE, tests_dir], capture_output=True, timeout=120, env=env)
+    if r.returncode == 0:
+        return None
+    how = f"signal {signal.Signals(-r.returncode).name}" if r.returncode < 0 else f"exit {r.returncode}"
+    return (f"the oracle's AMX tile kernel (ggml mul_mat, T > 1, weight in the AMX buffer) dies here "
+            f"({how}): its build drops the tile configuration; llama.cpp itself crashes on such weights")
 
 
 def describe() -> str:
@@ -477,10 +527,13 @@ class MatMul:
     modified or freed while this object lives; it keeps a reference), else copies it once into
     the context.  copy=True always copies.
 
-    repack=True puts W in ggml-cpu's CPU_REPACK buffer instead (llama.cpp's default for model
-    weights): ggml repacks the types and shapes it has interleaved kernels for on this CPU (on
-    AVX2: Q4_0 and Q4_K with rows % 8 == 0) and runs those kernels; other weights stay as they are
-    (``self.repacked`` says which happened).
+    repack=True puts W where llama.cpp puts a model weight by default (use_extra_bufts): the AMX
+    buffer where this build has one and supports W (``amx_takes``), else ggml-cpu's CPU_REPACK
+    buffer, which repacks the types and shapes it has interleaved kernels for on this CPU (on
+    AVX2: Q4_0 and Q4_K with rows % 8 == 0); other weights stay in a plain buffer.
+    ``self.placement`` says which happened ("AMX", "CPU_REPACK" or "CPU"; ``self.repacked`` is
+    placement == "CPU_REPACK"). An AMX weight with T > 1 raises OracleUnavailable where
+    ``amx_tiles_broken()`` (the oracle would die).
     """
 
     def __init__(self, w: np.ndarray, type_id: int, cols: int, T: int, copy: Optional[bool] = None,
@@ -506,7 +559,18 @@ class MatMul:
         wb = 0 if self.zero_copy else w.nbytes  # repack: room for the plain fallback
         self.g = _Graph(data_bytes=wb + xb + yb + 3 * 256, n_tensors=3)
         self.repacked = False
-        self.tw = self._repack_weight(w) if repack else None
+        self.placement = "CPU"
+        if repack and amx_takes(self.type_id, self.rows, self.cols):
+            import os
+
+            if self.T > 1 and not os.environ.get("LMTAIL_ORACLE_AMX_PROBE"):
+                why = amx_tiles_broken()
+                if why:
+                    self.g.close()
+                    raise OracleUnavailable(why)
+            self.tw = self._extra_weight(w, "AMX")
+        else:
+            self.tw = self._extra_weight(w, "CPU_REPACK") if repack else None
         if self.tw is not None:
             pass
         elif self.zero_copy:
@@ -520,32 +584,33 @@ class MatMul:
         self.g.build(self.ty)
         self.weight_bytes = int(w.nbytes)
 
-    def _repack_weight(self, w: np.ndarray):
-        """The weight tensor in a CPU_REPACK buffer, set through ggml_backend_tensor_set (which is
-        where ggml repacks it); None when ggml does not repack this type/shape on this CPU (llama.cpp
-        then keeps the weight in a plain CPU buffer)."""
+    def _extra_weight(self, w: np.ndarray, name: str):
+        """The weight tensor in the extra buffer ``name``, set through ggml_backend_tensor_set
+        (which is where ggml repacks it); for CPU_REPACK None when ggml does not repack this
+        type/shape on this CPU (llama.cpp then keeps the weight in a plain CPU buffer)."""
         a, g = self.g.a, self.g
-        buft = repack_buffer_type()
+        buft = extra_buffer_type(name)
         if buft is None:
-            raise OracleUnavailable("this ggml-cpu build has no CPU_REPACK buffer type")
+            raise OracleUnavailable(f"this ggml-cpu build has no {name} buffer type")
         a.set_no_alloc(g.ctx, True)
         try:
             t = g.new_2d(self.type_id, self.cols, self.rows)
         finally:
             a.set_no_alloc(g.ctx, False)
         nb = a.nbytes(t)
-        buf = a.buft_alloc_buffer(buft, nb + 4096)
+        buf = a.buft_alloc_buffer(buft, max(nb, a.buft_get_alloc_size(buft, t)) + 4096)
         if not buf:
-            raise MemoryError(f"CPU_REPACK buffer of {nb} bytes")
+            raise MemoryError(f"{name} buffer of {nb} bytes")
         g._buffers.append(buf)
         st = a.tensor_alloc(buf, t, a.buffer_get_base(buf))
         if st != 0:
-            raise RuntimeError(f"ggml_backend_tensor_alloc (repack): {GGML_STATUS.get(st, st)}")
-        # ggml_tensor.extra (the repack traits) is set by the buffer's init_tensor only for the
-        # types/shapes it repacks (ggml_repack_get_optimal_repack_type).
-        self.repacked = bool(ctypes.c_void_p.from_address(t + _tensor_extra_offset()).value)
-        if not self.repacked:
+            raise RuntimeError(f"ggml_backend_tensor_alloc ({name}): {GGML_STATUS.get(st, st)}")
+        # ggml_tensor.extra (the traits) is set by CPU_REPACK's init_tensor only for the
+        # types/shapes it repacks (ggml_repack_get_optimal_repack_type); AMX sets it always.
+        if not ctypes.c_void_p.from_address(t + _tensor_extra_offset()).value:
             return None
+        self.placement = name
+        self.repacked = name == "CPU_REPACK"
         wc = np.ascontiguousarray(w)
         a.tensor_set(t, wc.ctypes.data, 0, nb)
         return t
@@ -578,6 +643,24 @@ class MatMul:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def mul_mat_llama(w: np.ndarray, type_id: int, cols: int, x, threads: int = 1) -> tuple[np.ndarray, str]:
+    """ggml_mul_mat(W, x) with W where llama.cpp puts it (``MatMul(..., repack=True)``): returns
+    (y (T, rows), placement). Where the oracle's AMX tile kernel cannot run (``amx_tiles_broken``)
+    a T > 1 batch on an AMX weight is computed one activation row at a time (its T = 1 VNNI
+    gemv), which gives the tile gemm's bytes: both apply the same per-block float update to exact
+    integer sums (lmtail's cpu/ggml/ggml_amx.hpp; checked against a clang-built oracle whose tile
+    kernel runs, bench/RESULTS.md)."""
+    x = np.ascontiguousarray(x, np.float32)
+    try:
+        with MatMul(w, type_id, cols, x.shape[0], repack=True) as mm:
+            return mm.run(x, threads), mm.placement
+    except OracleUnavailable:
+        if not (x.shape[0] > 1 and amx_takes(type_id, w.shape[0], cols) and amx_tiles_broken()):
+            raise
+        rows = [mul_mat_llama(w, type_id, cols, x[t : t + 1], threads)[0] for t in range(x.shape[0])]
+        return np.concatenate(rows, axis=0), "AMX"
 
 
 class MatMulQ5K(MatMul):

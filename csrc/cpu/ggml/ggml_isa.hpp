@@ -8,9 +8,36 @@
 #include <cstdint>
 #include <string>
 
+#if defined(__linux__) && (defined(__x86_64__) || defined(_M_X64))
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "lmtail/cpu.hpp"
 
 namespace lmt::cpu {
+
+// ggml's native build on a CPU with AMX-INT8 and AVX512-VNNI compiles its AMX extra buffer
+// (ggml-cpu/amx: -march=native defines __AMX_INT8__), which exists at run time when the kernel
+// grants the tile state (its ggml_amx_init asks ARCH_REQ_XCOMP_PERM); llama.cpp then loads the
+// weights that buffer supports into it (before CPU_REPACK). Here the kernel's support is read
+// with ARCH_GET_XCOMP_SUPP, which changes nothing in the process.
+inline bool ggml_amx_native() {
+#if defined(__linux__) && (defined(__x86_64__) || defined(_M_X64))
+    static const bool yes = [] {
+        __builtin_cpu_init();
+        if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("amx-int8") ||
+            !__builtin_cpu_supports("amx-tile"))
+            return false;
+        unsigned long features = 0;
+        return syscall(SYS_arch_prctl, 0x1021 /* ARCH_GET_XCOMP_SUPP */, &features) == 0 &&
+               (features & (1ul << 18)) != 0;  // XFEATURE_XTILEDATA
+    }();
+    return yes;
+#else
+    return false;
+#endif
+}
 
 // Auto -> the build ggml compiles natively on this CPU: GGML_NATIVE turns on its AVX-512 paths
 // wherever the CPU has AVX512F (lmtail's own avx512 tier needs more, so it is not the test);
@@ -18,6 +45,7 @@ namespace lmt::cpu {
 inline Isa ggml_isa(Isa requested) {
     if (requested != Isa::Auto) return requested;
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+    if (ggml_amx_native()) return Isa::Amx;
     if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
 #endif
     if (isa_available(Isa::Avx2)) return Isa::Avx2;
@@ -42,14 +70,19 @@ constexpr uint32_t ggml_build_bit(Isa build) { return 1u << (int)build; }
 // * BF16: the AVX-512 build with AVX512_BF16 sums bf16 pairs by vdpbf16ps (emulated, DAZ / FTZ
 //   included); on an AVX-512 CPU without AVX512_BF16 ggml's BF16 code is another (unverified)
 //   variant, so there the BF16 row lists the AVX2 build only.
+// * The AMX build (Isa::Amx: AVX-512 plus the AMX buffer, ggml_amx.hpp): the weights it takes
+//   (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K with rows % 32 == 0) run its own kernels, emulated by
+//   ggml_amx_matvec; every other weight (F32, BF16, other shapes) runs as in the AVX-512 build.
+//   F16 goes to its AVX-512 float kernel there, which is not reproduced (AMX CPUs all have
+//   AVX512_FP16, so the F16 row lists the AVX2 build only anyway).
 #if defined(LMTAIL_HAVE_X86)
-constexpr uint32_t kGgmlBuildsInt = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
-constexpr uint32_t kGgmlBuildsF32 = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512);
+constexpr uint32_t kGgmlBuildsInt = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512) | ggml_build_bit(Isa::Amx);
+constexpr uint32_t kGgmlBuildsF32 = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512) | ggml_build_bit(Isa::Amx);
 // Read once when the F16 / BF16 rows are initialised (dynamic initialisers, before any call):
 // which AVX-512 variant a native ggml build here is decides whether it is the one reproduced.
 inline uint32_t ggml_builds_f16() {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512fp16") ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32;
+    return __builtin_cpu_supports("avx512fp16") ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32 & ~ggml_build_bit(Isa::Amx);
 }
 inline uint32_t ggml_builds_bf16() {
     __builtin_cpu_init();
@@ -65,7 +98,7 @@ inline uint32_t ggml_builds_bf16() { return 0; }
 // "avx2, avx512" (or "none").
 inline std::string ggml_build_names(uint32_t builds) {
     std::string s;
-    for (Isa b : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon})
+    for (Isa b : {Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Amx})
         if (builds & ggml_build_bit(b)) s += (s.empty() ? "" : ", ") + std::string(isa_name(b));
     return s.empty() ? "none" : s;
 }

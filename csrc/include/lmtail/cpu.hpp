@@ -42,8 +42,10 @@ class UnsupportedError : public ArgumentError {
 namespace cpu {
 
 // SIMD implementation selected at run time. `Auto` picks the best the CPU supports; the others
-// force a path (tests use this to prove the paths agree byte for byte).
-enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4 };
+// force a path (tests use this to prove the paths agree byte for byte). `Amx` names a ggml build
+// only (precision "ggml": ggml's AVX-512 build with its AMX-INT8 buffer); lmtail's own kernels
+// have no AMX path, so isa_available(Amx) is false.
+enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4, Amx = 5 };
 
 // Name of the path `isa` resolves to on this CPU ("avx512", "avx2", "neon", "scalar").
 const char *isa_name(Isa isa = Isa::Auto);

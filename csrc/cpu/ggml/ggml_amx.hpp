@@ -1,0 +1,30 @@
+// precision="ggml" for ggml's AMX build (Isa::Amx, cpu/ggml/ggml_isa.hpp): the bytes of the
+// AMX extra buffer's mul_mat (ggml-cpu/amx/mmq.cpp), which llama.cpp uses for the weights that
+// buffer supports when its CPU backend is a native build on an AMX-INT8 CPU.
+//
+// What it computes, per weight row r, activation row t (x quantised as the type's vec_dot type:
+// quantize_row_q8_0 for Q4_0 / Q8_0, quantize_row_q8_K_ref for the K types), over the blocks b
+// in increasing order, starting from acc = +0:
+//   acc = fma((float)S1_b, d_w(b) * d_x(t, b), acc)
+//   Q4_K / Q5_K only:  acc = fma(-(float)S2_b, dmin_w(b) * d_x(t, b), acc)
+// S1_b is the block's exact integer dot (K types: sum over sub-blocks of scale * dot, Q6_K with
+// its codes - 32), S2_b = sum_j min_j * (bsums[2j] + bsums[2j + 1]). Both its kernels give these
+// bytes: the VNNI gemv at T = 1 (fnmadd is fma of the negated product) and the AMX tile gemm at
+// T > 1 (integer tiles, then the same per-block float update), so unlike the AVX-512 build this
+// build is batch invariant. No value depends on the thread count (one accumulator per output).
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/types/types.hpp"
+
+namespace lmt::cpu {
+
+// True where llama.cpp puts this weight in the AMX buffer (its supports_op: a type with AMX
+// kernels, rows % 32 == 0, cols a multiple of the type's block).
+bool ggml_amx_takes(WeightType type, int64_t rows, int64_t cols);
+
+// The AMX build's logits for a weight ggml_amx_takes (x86 builds: AVX2 + F16C code).
+void ggml_amx_matvec(WeightType type, const MatvecCall &c);
+
+}  // namespace lmt::cpu
