@@ -2,8 +2,8 @@
 """precision="ggml" (llama.cpp's bytes) against ggml's own mul_mat, full-size K-quant heads.
 
 For each (dtype, T, threads): lmtail.ops.matvec(w, x, dtype, precision="ggml") and the oracle's
-ggml_mul_mat (tests/oracle/graph.py MatMul, weight where llama.cpp puts it: CPU_REPACK for Q4_K,
-whose 202048 rows are a multiple of 8) run interleaved on the same bytes, so machine noise hits
+ggml_mul_mat (tests/oracle/graph.py MatMul, weight where llama.cpp puts it: the AMX buffer on an
+AMX build, else CPU_REPACK for Q4_K / Q4_0, whose 202048 rows are a multiple of 8) run interleaved on the same bytes, so machine noise hits
 both alike. Reported: median ms of each and the median of the per-pair ratios lmtail / ggml; the
 bytes are checked equal once per config. Goal (issue 15): ratio <= 1.1 at T = 1.
 
@@ -33,16 +33,18 @@ import lmtail  # noqa: E402
 from oracle import graph as G  # noqa: E402
 
 ROWS, COLS = 202048, 6656
-TYPES = {"Q4_K": (12, 144), "Q5_K": (13, 176), "Q6_K": (14, 210)}
+TYPES = {"Q4_K": (12, 144), "Q5_K": (13, 176), "Q6_K": (14, 210), "Q8_0": (8, 34), "Q4_0": (2, 18)}
 
 
 def random_blocks(dtype: str, rows: int, cols: int, seed: int = 11) -> np.ndarray:
     _, bb = TYPES[dtype]
     rng = np.random.default_rng(seed)
-    nb = cols // 256
+    nb = cols // (32 if dtype in ("Q8_0", "Q4_0") else 256)
     q = np.frombuffer(rng.bytes(rows * nb * bb), np.uint8).reshape(rows, nb, bb).copy()
     scale = (rng.random((rows, nb, 2), np.float32) * 1e-3 + 1e-4).astype(np.float16).view(np.uint8)
-    if dtype == "Q6_K":
+    if dtype in ("Q8_0", "Q4_0"):
+        q[:, :, 0:2] = scale[:, :, 0:2]
+    elif dtype == "Q6_K":
         q[:, :, 208:210] = scale[:, :, 0:2]
     else:
         q[:, :, 0:4] = scale
@@ -82,7 +84,8 @@ def main() -> None:
                     tl.append(time.perf_counter() - t0)
                     tg.append(mm.time_once(threads=nt))
                 ratio = statistics.median(l / g for l, g in zip(tl, tg))
-                path = ("repack " + ("gemv" if T < 4 else "gemm")) if mm.repacked else ("vec_dot" if T < 8 else "tiled")
+                path = ("amx " + ("gemv" if T == 1 else "tiles")) if mm.placement == "AMX" else \
+                    ("repack " + ("gemv" if T < 4 else "gemm")) if mm.repacked else ("vec_dot" if T < 8 else "tiled")
                 print(f"{dtype:5} {T:>2} {nt:>3} {statistics.median(tl) * 1e3:>10.1f} {statistics.median(tg) * 1e3:>9.1f} "
                       f"{ratio:>6.2f}  {path} ({reps} pairs, bytes equal)", flush=True)
             mm.close()

@@ -1,14 +1,17 @@
 // The AMX build's mul_mat (the formula is in ggml_amx.hpp). Integers are formed exactly from
-// the codes (any order gives the same sums); the float updates run in ggml's order, one
-// accumulator per (row, t). Compiled with AVX2 + FMA + F16C flags like the other emulations
+// the codes (any grouping gives the same sums; the K types reuse the AVX2 build's exact block
+// integers); the float updates run in ggml's order, one accumulator per (row, t). Compiled with AVX2 + FMA + F16C flags like the other emulations
 // (the activation quantisers are AVX2 code), so the route can be forced on any such x86 CPU.
 #include "cpu/ggml/ggml_amx.hpp"
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "cpu/ggml/kquant_ggml_x86.hpp"
 #include "cpu/ggml/q0f_ggml_x86.hpp"
 #include "cpu/ggml/q8_k.hpp"
 #include "lmtail/blocks/q4_0.h"
@@ -20,120 +23,114 @@
 namespace lmt::cpu {
 namespace {
 
-inline float h2f(lmt_f16_bits h) { return _cvtsh_ss(h); }
+using ggml_x86::h2f;
+using ggml_x86::hsum_i32_4;
+using ggml_x86::hsum_i32_8;
 
-// The exact dot of n int8 codes with n int8 activations (n a multiple of 16).
-inline int32_t idot(const int8_t *q, const int8_t *a, int n) {
-    int32_t s = 0;
-    for (int i = 0; i < n; ++i) s += (int32_t)q[i] * (int32_t)a[i];
-    return s;
+constexpr int kRows = 4;  // K types: weight rows per pass (four independent float chains hide FMA latency)
+
+// Lane k = the (exact, wrapping) sum of v[k]'s 8 lanes.
+inline __m256i sum8x8(const __m256i v[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-// ---- Q8_0 / Q4_0: 32-weight blocks against ggml's x86 q8_0 activations ------------------------
+// Q4_0 / Q8_0, 8 weight rows in the 8 lanes (a short last group repeats its last row and stores
+// only its own outputs): per block, each row's exact dot as 8 partial lanes, the 8 rows' sums
+// gathered into one vector, then acc[t] = fma((float)S, d_w * d_x, acc[t]) for the 8 rows at
+// once. Q4_0 multiplies the unsigned nibbles (maddubs: |pair| <= 3840, exact) and subtracts
+// 8 * sum(x); Q8_0 sign-extends the even and odd bytes to int16 by shifts (exact for every byte,
+// -128 included) against x prepared the same way. The decode avoids shuffles (port 5 is the
+// limit here: sum8x8 already needs 14 of them per 8 rows).
 template <bool kQ4>
-void q0_rows(const MatvecCall &c, const ggml_x86::Q8_0Acts &xa, int64_t r0, int64_t r1) {
+void q0_rows(const MatvecCall &c, const ggml_x86::Q8_0Acts &xa, const std::vector<__m256i> &xp,
+             const std::vector<int32_t> &xsum, int64_t r0, int64_t r1) {
     const int64_t nb = c.cols / 32;
     constexpr int kBytes = kQ4 ? LMT_Q4_0_BLOCK_BYTES : LMT_Q8_0_BLOCK_BYTES;
-    thread_local std::vector<float> acc;
-    acc.assign((size_t)c.T, 0.0f);
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t *w = c.w + (size_t)r * c.row_stride;
-        for (int64_t t = 0; t < c.T; ++t) acc[(size_t)t] = 0.0f;
+    thread_local std::vector<__m256> acc;
+    acc.resize((size_t)c.T);
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
+    const __m256i nib_shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);  // upper half: high nibbles
+    for (int64_t r = r0; r < r1; r += 8) {
+        const int n = (int)std::min<int64_t>(8, r1 - r);
+        const uint8_t *w[8];
+        for (int k = 0; k < 8; ++k) w[k] = c.w + (size_t)(r + std::min(k, n - 1)) * c.row_stride;
+        for (int64_t t = 0; t < c.T; ++t) acc[(size_t)t] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t *blk = w + b * kBytes;
-            alignas(32) int8_t q[32];
-            lmt_f16_bits dh;
-            std::memcpy(&dh, blk, 2);
-            if constexpr (kQ4) {
-                for (int i = 0; i < 32; ++i) q[i] = (int8_t)lmt_q4_0_q(blk + 2, i);
-            } else {
-                std::memcpy(q, blk + 2, 32);
+            __m256i q[8], q_odd[8];
+            alignas(16) uint16_t dh[8];
+            for (int k = 0; k < 8; ++k) {
+                const uint8_t *blk = w[k] + b * kBytes;
+                std::memcpy(&dh[k], blk, 2);
+                if constexpr (kQ4) {
+                    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2)));
+                    q[k] = _mm256_and_si256(_mm256_srlv_epi32(v, nib_shift), m4);
+                } else {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                    q[k] = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8);
+                    q_odd[k] = _mm256_srai_epi16(v, 8);
+                }
             }
-            const float dw = h2f(dh);
+            const __m256 dw8 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)dh));
             for (int64_t t = 0; t < c.T; ++t) {
                 const size_t xi = (size_t)(t * nb + b);
-                const int32_t s = idot(q, xa.q[xi].qs, 32);
-                acc[(size_t)t] = std::fmaf((float)s, dw * xa.d[xi], acc[(size_t)t]);
-            }
-        }
-        for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r] = acc[(size_t)t];
-    }
-}
-
-// ---- K types: 256-weight blocks against q8_K (quantize_row_q8_K_ref) -------------------------
-// One block's codes as int8 (Q6_K: minus 32), its sub-block scales and (Q4_K / Q5_K) mins.
-struct KBlock {
-    alignas(32) int8_t q[256];
-    int32_t sc[16];  // 8 sub-blocks of 32 (Q4_K / Q5_K) or 16 of 16 (Q6_K)
-    int32_t mn[8];
-    float d, dmin;
-};
-
-inline void unpack_q4_k(const uint8_t *p, KBlock &k) {
-    const auto *b = reinterpret_cast<const lmt_block_q4_K *>(p);
-    for (int i = 0; i < 256; ++i) k.q[i] = (int8_t)lmt_q4k_q(b->qs, i);
-    for (int j = 0; j < 8; ++j) {
-        k.sc[j] = (int32_t)lmt_q5k_scale(b->scales, j);
-        k.mn[j] = (int32_t)lmt_q5k_min(b->scales, j);
-    }
-    k.d = h2f(b->d);
-    k.dmin = h2f(b->dmin);
-}
-
-inline void unpack_q5_k(const uint8_t *p, KBlock &k) {
-    const auto *b = reinterpret_cast<const lmt_block_q5_K *>(p);
-    for (int i = 0; i < 256; ++i) k.q[i] = (int8_t)lmt_q5k_q(b->qs, b->qh, i);
-    for (int j = 0; j < 8; ++j) {
-        k.sc[j] = (int32_t)lmt_q5k_scale(b->scales, j);
-        k.mn[j] = (int32_t)lmt_q5k_min(b->scales, j);
-    }
-    k.d = h2f(b->d);
-    k.dmin = h2f(b->dmin);
-}
-
-inline void unpack_q6_k(const uint8_t *p, KBlock &k) {
-    const auto *b = reinterpret_cast<const lmt_block_q6_K *>(p);
-    for (int i = 0; i < 256; ++i) k.q[i] = (int8_t)lmt_q6k_q(b->ql, b->qh, i);
-    for (int g = 0; g < 16; ++g) k.sc[g] = (int32_t)b->scales[g];
-    k.d = h2f(b->d);
-    k.dmin = 0.0f;
-}
-
-template <WeightType kType>
-void k_rows(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t r1) {
-    const int64_t nb = c.cols / 256;
-    constexpr bool kQ6 = kType == WeightType::Q6_K;
-    constexpr int kBytes = kType == WeightType::Q4_K ? LMT_Q4K_BLOCK_BYTES
-                         : kType == WeightType::Q5_K ? LMT_Q5K_BLOCK_BYTES
-                                                     : LMT_Q6K_BLOCK_BYTES;
-    thread_local std::vector<float> acc;
-    acc.assign((size_t)c.T, 0.0f);
-    KBlock k;
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t *w = c.w + (size_t)r * c.row_stride;
-        for (int64_t t = 0; t < c.T; ++t) acc[(size_t)t] = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) {
-            if constexpr (kType == WeightType::Q4_K) unpack_q4_k(w + b * kBytes, k);
-            else if constexpr (kType == WeightType::Q5_K) unpack_q5_k(w + b * kBytes, k);
-            else unpack_q6_k(w + b * kBytes, k);
-            for (int64_t t = 0; t < c.T; ++t) {
-                const GgmlQ8K &y = xq[t * nb + b];
-                int32_t s1 = 0;
-                if constexpr (kQ6) {
-                    for (int g = 0; g < 16; ++g) s1 += k.sc[g] * idot(k.q + 16 * g, y.qs + 16 * g, 16);
+                __m256i p[8];
+                if constexpr (kQ4) {
+                    const __m256i xv = _mm256_loadu_si256((const __m256i *)xa.q[xi].qs);
+                    for (int k = 0; k < 8; ++k) p[k] = _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], xv), ones);
                 } else {
-                    for (int j = 0; j < 8; ++j) s1 += k.sc[j] * idot(k.q + 32 * j, y.qs + 32 * j, 32);
+                    const __m256i xe = xp[2 * xi], xo = xp[2 * xi + 1];
+                    for (int k = 0; k < 8; ++k)
+                        p[k] = _mm256_add_epi32(_mm256_madd_epi16(q[k], xe), _mm256_madd_epi16(q_odd[k], xo));
                 }
-                float a = std::fmaf((float)s1, k.d * y.d, acc[(size_t)t]);
-                if constexpr (!kQ6) {
-                    int32_t s2 = 0;
-                    for (int j = 0; j < 8; ++j) s2 += k.mn[j] * ((int32_t)y.bsums[2 * j] + (int32_t)y.bsums[2 * j + 1]);
-                    a = std::fmaf(-(float)s2, k.dmin * y.d, a);
-                }
-                acc[(size_t)t] = a;
+                __m256i s = sum8x8(p);
+                if constexpr (kQ4) s = _mm256_sub_epi32(s, _mm256_set1_epi32(8 * xsum[xi]));
+                acc[(size_t)t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw8, _mm256_set1_ps(xa.d[xi])),
+                                                 acc[(size_t)t]);
             }
         }
-        for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r] = acc[(size_t)t];
+        for (int64_t t = 0; t < c.T; ++t) {
+            alignas(32) float out[8];
+            _mm256_store_ps(out, acc[(size_t)t]);
+            for (int k = 0; k < n; ++k) c.logits[t * c.rows + r + k] = out[k];
+        }
+    }
+}
+
+template <bool kQ4>
+void q0_matvec(const MatvecCall &c) {
+    const ggml_x86::Q8_0Acts xa(c.x, c.T, c.cols);
+    // Per activation block: Q8_0 its even and odd bytes sign-extended to int16, Q4_0 its sum.
+    std::vector<__m256i> xp;
+    std::vector<int32_t> xsum;
+    for (const lmt_block_q8_0 &blk : xa.q) {
+        if constexpr (kQ4) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; ++i) sum += blk.qs[i];
+            xsum.push_back(sum);
+        } else {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)blk.qs);
+            xp.push_back(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8));
+            xp.push_back(_mm256_srai_epi16(v, 8));
+        }
+    }
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { q0_rows<kQ4>(c, xa, xp, xsum, r0, r1); });
+}
+
+// Rows [r0, r1): kRows rows at a time (a short last group repeats its last row, storing only its
+// own outputs), every activation row t, blocks in order.
+template <typename Step>
+inline void rows_by_group(const MatvecCall &c, int64_t r0, int64_t r1, Step &&step) {
+    for (int64_t r = r0; r < r1; r += kRows) {
+        const int n = (int)std::min<int64_t>(kRows, r1 - r);
+        const uint8_t *w[kRows];
+        for (int k = 0; k < kRows; ++k) w[k] = c.w + (size_t)(r + std::min(k, n - 1)) * c.row_stride;
+        for (int64_t t = 0; t < c.T; ++t) {
+            float acc[kRows];
+            step(w, t, acc);
+            for (int k = 0; k < n; ++k) c.logits[t * c.rows + r + k] = acc[k];
+        }
     }
 }
 
@@ -142,13 +139,30 @@ void k_matvec(const MatvecCall &c) {
     const int64_t nb = c.cols / 256;
     std::vector<GgmlQ8K> xq((size_t)(c.T * nb));
     for (int64_t t = 0; t < c.T; ++t) ggml_quantize_row_q8_k(c.x + t * c.cols, xq.data() + t * nb, c.cols);
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { k_rows<kType>(c, xq.data(), r0, r1); });
-}
-
-template <bool kQ4>
-void q0_matvec(const MatvecCall &c) {
-    const ggml_x86::Q8_0Acts xa(c.x, c.T, c.cols);
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { q0_rows<kQ4>(c, xa, r0, r1); });
+    constexpr int kBytes = kType == WeightType::Q4_K ? LMT_Q4K_BLOCK_BYTES
+                         : kType == WeightType::Q5_K ? LMT_Q5K_BLOCK_BYTES
+                                                     : LMT_Q6K_BLOCK_BYTES;
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
+        rows_by_group(c, r0, r1, [&](const uint8_t *const *w, int64_t t, float *out) {
+            const GgmlQ8K *y = xq.data() + t * nb;
+            float acc[kRows] = {};
+            for (int64_t b = 0; b < nb; ++b)
+                for (int k = 0; k < kRows; ++k) {
+                    const uint8_t *p = w[k] + b * kBytes;
+                    if constexpr (kType == WeightType::Q6_K) {
+                        const auto *blk = reinterpret_cast<const lmt_block_q6_K *>(p);
+                        const int32_t s1 = hsum_i32_8(ggml_x86::q6k_block_lanes(blk, y + b));
+                        acc[k] = std::fmaf((float)s1, h2f(blk->d) * y[b].d, acc[k]);
+                    } else {
+                        ggml_x86::K45Ints o;
+                        ggml_x86::k45_block<kType == WeightType::Q5_K, false>(p, y[b], o);
+                        const float a = std::fmaf((float)hsum_i32_8(o.sumi), o.d * y[b].d, acc[k]);
+                        acc[k] = std::fmaf(-(float)hsum_i32_4(o.prod), o.dmin * y[b].d, a);
+                    }
+                }
+            for (int k = 0; k < kRows; ++k) out[k] = acc[k];
+        });
+    });
 }
 
 }  // namespace
