@@ -118,50 +118,53 @@ void q0_matvec(const MatvecCall &c) {
     for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { q0_rows<kQ4>(c, xa, xp, xsum, r0, r1); });
 }
 
-// Rows [r0, r1): kRows rows at a time (a short last group repeats its last row, storing only its
-// own outputs), every activation row t, blocks in order.
-template <typename Step>
-inline void rows_by_group(const MatvecCall &c, int64_t r0, int64_t r1, Step &&step) {
-    for (int64_t r = r0; r < r1; r += kRows) {
-        const int n = (int)std::min<int64_t>(kRows, r1 - r);
-        const uint8_t *w[kRows];
-        for (int k = 0; k < kRows; ++k) w[k] = c.w + (size_t)(r + std::min(k, n - 1)) * c.row_stride;
-        for (int64_t t = 0; t < c.T; ++t) {
-            float acc[kRows];
-            step(w, t, acc);
-            for (int k = 0; k < n; ++k) c.logits[t * c.rows + r + k] = acc[k];
-        }
-    }
-}
-
+// K types: kRows weight rows at a time (a short last group repeats its last row and stores only
+// its own outputs); each block is decoded once and dotted with every activation row.
 template <WeightType kType>
 void k_matvec(const MatvecCall &c) {
     const int64_t nb = c.cols / 256;
     std::vector<GgmlQ8K> xq((size_t)(c.T * nb));
     for (int64_t t = 0; t < c.T; ++t) ggml_quantize_row_q8_k(c.x + t * c.cols, xq.data() + t * nb, c.cols);
+    constexpr bool kQ6 = kType == WeightType::Q6_K;
     constexpr int kBytes = kType == WeightType::Q4_K ? LMT_Q4K_BLOCK_BYTES
                          : kType == WeightType::Q5_K ? LMT_Q5K_BLOCK_BYTES
                                                      : LMT_Q6K_BLOCK_BYTES;
     for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
-        rows_by_group(c, r0, r1, [&](const uint8_t *const *w, int64_t t, float *out) {
-            const GgmlQ8K *y = xq.data() + t * nb;
-            float acc[kRows] = {};
+        thread_local std::vector<float> acc;
+        acc.resize((size_t)(kRows * c.T));
+        for (int64_t r = r0; r < r1; r += kRows) {
+            const int n = (int)std::min<int64_t>(kRows, r1 - r);
+            const uint8_t *w[kRows];
+            for (int k = 0; k < kRows; ++k) w[k] = c.w + (size_t)(r + std::min(k, n - 1)) * c.row_stride;
+            std::fill(acc.begin(), acc.end(), 0.0f);
             for (int64_t b = 0; b < nb; ++b)
                 for (int k = 0; k < kRows; ++k) {
                     const uint8_t *p = w[k] + b * kBytes;
-                    if constexpr (kType == WeightType::Q6_K) {
+                    float *a = acc.data() + k * c.T;
+                    if constexpr (kQ6) {
                         const auto *blk = reinterpret_cast<const lmt_block_q6_K *>(p);
-                        const int32_t s1 = hsum_i32_8(ggml_x86::q6k_block_lanes(blk, y + b));
-                        acc[k] = std::fmaf((float)s1, h2f(blk->d) * y[b].d, acc[k]);
+                        ggml_x86::Q6Codes q;
+                        ggml_x86::q6k_decode(blk, q);
+                        const float dw = h2f(blk->d);
+                        for (int64_t t = 0; t < c.T; ++t) {
+                            const GgmlQ8K &y = xq[(size_t)(t * nb + b)];
+                            a[t] = std::fmaf((float)hsum_i32_8(ggml_x86::q6k_dot_lanes(q, &y)), dw * y.d, a[t]);
+                        }
                     } else {
-                        ggml_x86::K45Ints o;
-                        ggml_x86::k45_block<kType == WeightType::Q5_K, false>(p, y[b], o);
-                        const float a = std::fmaf((float)hsum_i32_8(o.sumi), o.d * y[b].d, acc[k]);
-                        acc[k] = std::fmaf(-(float)hsum_i32_4(o.prod), o.dmin * y[b].d, a);
+                        ggml_x86::K45Codes q;
+                        ggml_x86::k45_decode<kType == WeightType::Q5_K>(p, q);
+                        for (int64_t t = 0; t < c.T; ++t) {
+                            const GgmlQ8K &y = xq[(size_t)(t * nb + b)];
+                            ggml_x86::K45Ints o;
+                            ggml_x86::k45_dot<false>(q, y, o);
+                            const float s = std::fmaf((float)hsum_i32_8(o.sumi), q.d * y.d, a[t]);
+                            a[t] = std::fmaf(-(float)hsum_i32_4(o.prod), q.dmin * y.d, s);
+                        }
                     }
                 }
-            for (int k = 0; k < kRows; ++k) out[k] = acc[k];
-        });
+            for (int k = 0; k < n; ++k)
+                for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r + k] = acc[(size_t)(k * c.T + t)];
+        }
     });
 }
 

@@ -59,12 +59,20 @@ struct K45Ints {
 // fp16 -> fp32 by F16C (exact, as ggml's GGML_CPU_FP16_TO_FP32 on this build).
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-template <bool Q5, bool Pairs = true>
-inline void k45_block(const uint8_t *p, const GgmlQ8K &y, K45Ints &o) {
+// One Q4_K / Q5_K block's codes, decoded once for any number of activation rows.
+struct K45Codes {
+    __m256i lo[4], hi[4];  // chunk 2g / 2g + 1 codes (0..15, Q5_K 0..31), as bytes
+    __m256i s0[4], s1[4];  // their 6-bit scales, broadcast as int16
+    __m128i mn16;          // the 8 mins as int16
+    float d, dmin;
+};
+
+template <bool Q5>
+inline void k45_decode(const uint8_t *p, K45Codes &k) {
     uint16_t h[2];
     std::memcpy(h, p, 4);
-    o.d = h2f(h[0]);
-    o.dmin = h2f(h[1]);
+    k.d = h2f(h[0]);
+    k.dmin = h2f(h[1]);
     // 12 packed bytes -> u[0..1] = 8 scales, u[2..3] = 8 mins (6 bits each, ggml's packing)
     uint32_t u[4], a[3];
     std::memcpy(a, p + 4, 12);
@@ -73,14 +81,13 @@ inline void k45_block(const uint8_t *p, const GgmlQ8K &y, K45Ints &o) {
     u[2] = a[1] & 0x3f3f3f3fu;
     u[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
     const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u));
-    const __m128i mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(u + 2)));
+    k.mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(u + 2)));
     const __m256i sc = _mm256_broadcastsi128_si256(sc16);
     const uint8_t *qs = p + (Q5 ? 48 : 16);
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256i hb = _mm256_setzero_si256();
     if (Q5) hb = _mm256_loadu_si256((const __m256i *)(p + 16));
     const __m256i one = _mm256_set1_epi8(1);
-    __m256i sumi = _mm256_setzero_si256();
     for (int g = 0; g < 4; ++g) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
         __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -88,19 +95,38 @@ inline void k45_block(const uint8_t *p, const GgmlQ8K &y, K45Ints &o) {
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g), one), 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * g + 1), one), 4));
         }
+        k.lo[g] = lo;
+        k.hi[g] = hi;
         // int16 lane k of the 8 scales, broadcast: shuffle bytes (2k, 2k+1) everywhere
-        const __m256i s0 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * g))));
-        const __m256i s1 = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))));
+        k.s0[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * g))));
+        k.s1[g] = _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0x0100 + 0x0202 * (2 * g + 1))));
+    }
+}
+
+// The block integers of decoded codes against one q8_K activation block (exact).
+template <bool Pairs = true>
+inline void k45_dot(const K45Codes &k, const GgmlQ8K &y, K45Ints &o) {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
         const __m256i y0 = _mm256_loadu_si256((const __m256i *)(y.qs + 64 * g));
         const __m256i y1 = _mm256_loadu_si256((const __m256i *)(y.qs + 64 * g + 32));
-        const __m256i pr = _mm256_add_epi32(_mm256_madd_epi16(s0, _mm256_maddubs_epi16(lo, y0)),
-                                            _mm256_madd_epi16(s1, _mm256_maddubs_epi16(hi, y1)));
+        const __m256i pr = _mm256_add_epi32(_mm256_madd_epi16(k.s0[g], _mm256_maddubs_epi16(k.lo[g], y0)),
+                                            _mm256_madd_epi16(k.s1[g], _mm256_maddubs_epi16(k.hi[g], y1)));
         if (Pairs) o.pair[g] = pr;
         sumi = _mm256_add_epi32(sumi, pr);
     }
     o.sumi = sumi;
     const __m128i q8s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y.bsums), _mm_loadu_si128((const __m128i *)(y.bsums + 8)));
-    o.prod = _mm_madd_epi16(mn16, q8s);
+    o.prod = _mm_madd_epi16(k.mn16, q8s);
+    o.d = k.d;
+    o.dmin = k.dmin;
+}
+
+template <bool Q5, bool Pairs = true>
+inline void k45_block(const uint8_t *p, const GgmlQ8K &y, K45Ints &o) {
+    K45Codes k;
+    k45_decode<Q5>(p, k);
+    k45_dot<Pairs>(k, y, o);
 }
 
 // The 4 pair sums (exact): lane p = sum of pair[p]'s 8 lanes.
@@ -169,17 +195,20 @@ inline void k45_rows(const MatvecCall &c, const GgmlQ8K *xq, int64_t r0, int64_t
 // Q6_K's block integers as ggml_vec_dot_q6_K_q8_K's `sumi - q8sclsub` lanes (exact): lane k
 // (k = 0..7) = sum over the 8 (32-element chunk, 4-byte group k) cells of sc[cell's sub-block] *
 // sum q*y - 32 * (bsums[2k]*sc[2k] + bsums[2k+1]*sc[2k+1]), q the 6-bit codes 0..63.
-inline __m256i q6k_block_lanes(const lmt_block_q6_K *b, const GgmlQ8K *y) {
+struct Q6Codes {
+    __m256i q[2][4];  // the 6-bit codes 0..63 of each 128-element half, four 32-byte chunks
+    __m256i s[2][4];  // scales of sub-blocks (8h + 2k, 8h + 2k + 1), broadcast as int16 halves
+    __m256i sc16;     // the 16 scales as int16
+};
+
+inline void q6k_decode(const lmt_block_q6_K *b, Q6Codes &c) {
     const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
-    const __m128i sc8 = _mm_loadu_si128((const __m128i *)b->scales);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
-    const __m256i sub = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), sc16), 5);
-    __m256i sumi = _mm256_setzero_si256();
+    c.sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
     for (int h = 0; h < 2; ++h) {
         const __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
         const __m256i l2 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
         const __m256i hb = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-        __m256i q[4];
+        __m256i *q = c.q[h];
         q[0] = _mm256_or_si256(_mm256_and_si256(l1, m15), _mm256_slli_epi16(_mm256_and_si256(hb, m3), 4));
         q[1] = _mm256_or_si256(_mm256_and_si256(l2, m15),
                                _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(12)), 2));
@@ -189,12 +218,26 @@ inline __m256i q6k_block_lanes(const lmt_block_q6_K *b, const GgmlQ8K *y) {
                                _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8((char)0xC0)), 2));
         for (int k = 0; k < 4; ++k) {
             const int j = 8 * h + 2 * k;  // sub-blocks j (bytes 0..15) and j + 1 (bytes 16..31)
-            const __m256i s = _mm256_set_m128i(_mm_set1_epi16(b->scales[j + 1]), _mm_set1_epi16(b->scales[j]));
-            const __m256i yv = _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, _mm256_maddubs_epi16(q[k], yv)));
+            c.s[h][k] = _mm256_set_m128i(_mm_set1_epi16(b->scales[j + 1]), _mm_set1_epi16(b->scales[j]));
         }
     }
+}
+
+inline __m256i q6k_dot_lanes(const Q6Codes &c, const GgmlQ8K *y) {
+    const __m256i sub = _mm256_slli_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)y->bsums), c.sc16), 5);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 4; ++k) {
+            const __m256i yv = _mm256_loadu_si256((const __m256i *)(y->qs + 128 * h + 32 * k));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(c.s[h][k], _mm256_maddubs_epi16(c.q[h][k], yv)));
+        }
     return _mm256_sub_epi32(sumi, sub);
+}
+
+inline __m256i q6k_block_lanes(const lmt_block_q6_K *b, const GgmlQ8K *y) {
+    Q6Codes c;
+    q6k_decode(b, c);
+    return q6k_dot_lanes(c, y);
 }
 
 }  // namespace lmt::cpu::ggml_x86
