@@ -6,10 +6,23 @@
 #if defined(__linux__)
 #include <sched.h>
 #endif
+#if defined(LMTAIL_HAVE_X86)
+#include <cpuid.h>
+#endif
 
 #include "lmtail/cpu.hpp"
 
 namespace lmt::cpu {
+
+#if defined(LMTAIL_HAVE_X86)
+namespace {
+// F16C from CPUID.1:ECX bit 29 (clang 14's __builtin_cpu_supports has no "f16c").
+bool has_f16c() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+}  // namespace
+#endif
 
 bool isa_available(Isa isa) {
     switch (isa) {
@@ -18,13 +31,11 @@ bool isa_available(Isa isa) {
             return true;
 #if defined(LMTAIL_HAVE_X86)
         case Isa::Avx2:
-            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c");
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
         case Isa::Avx512:
             return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                   __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") &&
-                   __builtin_cpu_supports("f16c");
+                   __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && has_f16c();
 #endif
 #if defined(LMTAIL_HAVE_NEON)
         case Isa::Neon:

@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <string>
 
-#if defined(__linux__) && (defined(__x86_64__) || defined(_M_X64))
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -17,17 +20,28 @@
 
 namespace lmt::cpu {
 
+// CPUID.(7, 0):EDX bit `bit` (read directly: clang's __builtin_cpu_supports lacks some names,
+// e.g. avx512fp16 and the AMX ones in clang 14).
+inline bool cpuid7_edx(int bit) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << bit));
+#else
+    (void)bit;
+    return false;
+#endif
+}
+
 // ggml's native build on a CPU with AMX-INT8 and AVX512-VNNI compiles its AMX extra buffer
 // (ggml-cpu/amx: -march=native defines __AMX_INT8__), which exists at run time when the kernel
 // grants the tile state (its ggml_amx_init asks ARCH_REQ_XCOMP_PERM); llama.cpp then loads the
 // weights that buffer supports into it (before CPU_REPACK). Here the kernel's support is read
 // with ARCH_GET_XCOMP_SUPP, which changes nothing in the process.
 inline bool ggml_amx_native() {
-#if defined(__linux__) && (defined(__x86_64__) || defined(_M_X64))
+#if defined(__linux__) && defined(__x86_64__)
     static const bool yes = [] {
         __builtin_cpu_init();
-        if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("amx-int8") ||
-            !__builtin_cpu_supports("amx-tile"))
+        if (!__builtin_cpu_supports("avx512vnni") || !cpuid7_edx(24) || !cpuid7_edx(25))  // AMX-TILE, AMX-INT8
             return false;
         unsigned long features = 0;
         return syscall(SYS_arch_prctl, 0x1021 /* ARCH_GET_XCOMP_SUPP */, &features) == 0 &&
@@ -82,7 +96,7 @@ constexpr uint32_t kGgmlBuildsF32 = ggml_build_bit(Isa::Avx2) | ggml_build_bit(I
 // which AVX-512 variant a native ggml build here is decides whether it is the one reproduced.
 inline uint32_t ggml_builds_f16() {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512fp16") ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32 & ~ggml_build_bit(Isa::Amx);
+    return cpuid7_edx(23) /* AVX512_FP16 */ ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32 & ~ggml_build_bit(Isa::Amx);
 }
 inline uint32_t ggml_builds_bf16() {
     __builtin_cpu_init();
