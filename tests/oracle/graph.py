@@ -173,10 +173,6 @@ def extra_buffer_type(name: str) -> Optional[int]:
     return None
 
 
-def repack_buffer_type() -> Optional[int]:
-    return extra_buffer_type("CPU_REPACK")
-
-
 # The weights llama.cpp puts in the AMX buffer (ggml-cpu/amx/amx.cpp supports_op): a type with
 # AMX kernels (qtype_has_amx_kernels; the ones lmtail runs) and its block alignment, rows % 32.
 AMX_TYPES = {2: 32, 8: 32, 12: 256, 13: 256, 14: 256}  # Q4_0, Q8_0, Q4_K, Q5_K, Q6_K

@@ -1,7 +1,8 @@
 // The AMX build's mul_mat (the formula is in ggml_amx.hpp). Integers are formed exactly from
 // the codes (any grouping gives the same sums; the K types reuse the AVX2 build's exact block
-// integers); the float updates run in ggml's order, one accumulator per (row, t). Compiled with AVX2 + FMA + F16C flags like the other emulations
-// (the activation quantisers are AVX2 code), so the route can be forced on any such x86 CPU.
+// integers); the float updates run in ggml's order, one accumulator per (row, t). Compiled with
+// AVX2 + FMA + F16C flags like the other emulations (the activation quantisers are AVX2 code), so
+// the route can be forced on any such x86 CPU.
 #include "cpu/ggml/ggml_amx.hpp"
 
 #include <immintrin.h>
@@ -26,23 +27,17 @@ namespace {
 using ggml_x86::h2f;
 using ggml_x86::hsum_i32_4;
 using ggml_x86::hsum_i32_8;
+using ggml_x86::sum8x8;
 
 constexpr int kRows = 4;  // K types: weight rows per pass (four independent float chains hide FMA latency)
-
-// Lane k = the (exact, wrapping) sum of v[k]'s 8 lanes.
-inline __m256i sum8x8(const __m256i v[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
 
 // Q4_0 / Q8_0, 8 weight rows in the 8 lanes (a short last group repeats its last row and stores
 // only its own outputs): per block, each row's exact dot as 8 partial lanes, the 8 rows' sums
 // gathered into one vector, then acc[t] = fma((float)S, d_w * d_x, acc[t]) for the 8 rows at
 // once. Q4_0 multiplies the unsigned nibbles (maddubs: |pair| <= 3840, exact) and subtracts
 // 8 * sum(x); Q8_0 sign-extends the even and odd bytes to int16 by shifts (exact for every byte,
-// -128 included) against x prepared the same way. The decode avoids shuffles (port 5 is the
-// limit here: sum8x8 already needs 14 of them per 8 rows).
+// -128 included) against x prepared the same way. The decode avoids shuffles (sum8x8 already
+// needs 14 per 8 rows; estimated to be the limit, not profiled).
 template <bool kQ4>
 void q0_rows(const MatvecCall &c, const ggml_x86::Q8_0Acts &xa, const std::vector<__m256i> &xp,
              const std::vector<int32_t> &xsum, int64_t r0, int64_t r1) {

@@ -47,6 +47,14 @@ static inline __m256i dot4_i32(__m256i x, __m256i y) {
     return _mm256_madd_epi16(_mm256_set1_epi16(1), p16);
 }
 
+// The 8 int32 lanes of each of v[0..7] summed: lane k of the result = sum of v[k] (exact).
+static inline __m256i sum8x8(const __m256i v[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+    // a = [v0 v1 v2 v3 | v0 v1 v2 v3] partial halves; add the 128-bit halves across a and b.
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
 // Q4_0 nibbles as ggml unpacks them (bytes_from_nibbles_32 / denibble): element i < 16 is the low
 // nibble of qs[i], element 16 + i the high one, minus 8.
 static inline __m256i q4_0_bytes(const uint8_t *qs) {

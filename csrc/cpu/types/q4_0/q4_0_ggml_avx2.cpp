@@ -44,14 +44,6 @@ inline void plain_dot(const uint8_t *const *wr, const lmt_block_q8_0 *xq, const 
     for (int k = 0; k < R; ++k) out[k] = hsum8(acc[k]);
 }
 
-// The 8 int32 lanes of each of v[0..7] summed: lane k of the result = sum of v[k] (exact).
-inline __m256i sum8x8(const __m256i v[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    // a = [v0 v1 v2 v3 | v0 v1 v2 v3] partial halves; add the 128-bit halves across a and b.
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
 // sum8x8 for int16 byte-pair sums m[k] (maddubs of nibbles 0..15 by bytes: |lane| <= 3840): two
 // hadd_epi16 levels stay below 2^15 (8 products <= 15360), then one widening madd.
 inline __m256i sum8x8_i16(const __m256i m[8]) {
