@@ -1,13 +1,15 @@
-// AVX-512 Q4_0 matvec, Precision::F32 (canonical tree in q4_0_kernels.hpp) for T >= 2; T = 1 is
-// the AVX2 kernel (bound by the read). The 16 canonical lanes are one zmm: a block's low nibbles
-// are its first FMA of each lane, its high nibbles the second. A block decodes to two f32 vectors
-// (q - 8) * d with one vpermps each (the 16-entry table of (q - 8) * d, indexed by the low 4 bits
-// of each dword), shared by the TG activation rows; R weight rows share each x load.
+// AVX-512 Q4_0 matvec, Precision::F32 (canonical tree in q4_0_kernels.hpp), every T. The 16
+// canonical lanes are one zmm: a block's low nibbles are its first FMA of each lane, its high
+// nibbles the second. A block decodes to two f32 vectors (q - 8) * d with one vpermps each (the
+// 16-entry table of (q - 8) * d, indexed by the low 4 bits of each dword), shared by the TG
+// activation rows; R weight rows share each x load. The scales of 8 blocks are converted at once
+// (scales8_f16), so a block's table is one multiply by a broadcast scale.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "cpu/types/q4_0/q4_0_avx512.hpp"
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
 #include "cpu/types/x86_lanes.hpp"
 
@@ -31,20 +33,21 @@ static void rows_tg(const Args &a, int64_t r, int64_t t0) {
     __m512 acc[R][TG];
     for (int k = 0; k < R; ++k)
         for (int t = 0; t < TG; ++t) acc[k][t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        const int n = (int)std::min<int64_t>(8, nb - b0);
+        alignas(32) float dv[R][8];  // F16C is exact for every half; a NaN comes out quiet, as the scalar multiply makes it
+        for (int k = 0; k < R; ++k) _mm256_store_ps(dv[k], _mm256_cvtph_ps(scales8_f16(row[k] + (size_t)b0 * kBB, n)));
+        for (int j = 0; j < n; ++j) {
+        const int64_t b = b0 + j;
         __m512 lo[R], hi[R];
         for (int k = 0; k < R; ++k) {
             const uint8_t *blk = row[k] + (size_t)b * kBB;
             // the next row group's bytes (one line per 64 bytes suffices; per block is simpler)
             _mm_prefetch(reinterpret_cast<const char *>(nxt[k] + (size_t)b * kBB), _MM_HINT_T0);
-            uint16_t h;
-            std::memcpy(&h, blk, 2);
-            // F16C is exact for every half; a NaN comes out quiet, as the scalar multiply makes it.
-            const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))));
             const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)));
             // The table times d holds (float)(q - 8) * d, the scalar reference's one product per
             // weight, for each of the 16 codes: one multiply per block instead of two.
-            const __m512 td = _mm512_mul_ps(table, d);
+            const __m512 td = _mm512_mul_ps(table, _mm512_set1_ps(dv[k][j]));
             lo[k] = _mm512_permutexvar_ps(v, td);
             hi[k] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), td);
         }
@@ -57,6 +60,7 @@ static void rows_tg(const Args &a, int64_t r, int64_t t0) {
             __m512 x1 = _mm512_loadu_ps(x[t] + b * kQK + 16);
             __asm__("" : "+v"(x1));
             for (int k = 0; k < R; ++k) acc[k][t] = _mm512_fmadd_ps(hi[k], x1, acc[k][t]);
+        }
         }
     }
     for (int k = 0; k < R; ++k)
@@ -90,10 +94,9 @@ static void rows_all(const Args &a, int64_t r0, int64_t r1, int64_t per) {
 }  // namespace
 
 void matvec_avx512(const Args &a, int64_t r0, int64_t r1) {
-    if (a.T == 1) return matvec_avx2(a, r0, r1);
     // Activation rows in blocks of near-equal size <= 8; R * TG accumulators + 2R decoded
     // weights + x + the table fit the 32 zmm.
-    const int64_t groups = (a.T + 7) / 8, per = (a.T + groups - 1) / groups;
+    const int64_t groups = (a.T + 3) / 4, per = (a.T + groups - 1) / groups;
     if (per <= 4) rows_all<4>(a, r0, r1, per);
     else rows_all<2>(a, r0, r1, per);
 }

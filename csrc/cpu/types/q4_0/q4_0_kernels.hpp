@@ -26,7 +26,7 @@ struct Args {
 
 void matvec_scalar(const Args &a, int64_t r0, int64_t r1);
 void matvec_avx2(const Args &a, int64_t r0, int64_t r1);
-void matvec_avx512(const Args &a, int64_t r0, int64_t r1);  // T = 1: matvec_avx2
+void matvec_avx512(const Args &a, int64_t r0, int64_t r1);
 void matvec_neon(const Args &a, int64_t r0, int64_t r1);
 
 // ---- Precision::I24 (the default): 24-bit block fixed-point activations -----------------------
@@ -61,12 +61,18 @@ struct I24Args {
     const int16_t *ap = nullptr;  // (T / 2, 2 * cols)
     const uint8_t *rp = nullptr;  // (T / 2, 2 * cols)
     const float *srp = nullptr;   // (ceil(T / 2 / 4), cols / 32, 8)
+    //   cp:  16 int32  c1 of row 2p (lanes 0-7) and of row 2p + 1 (lanes 8-15), per pair and block
+    const int32_t *cp = nullptr;  // (T / 2, cols / 32, 16)
     // Isa::Avx2 with T >= 2 only (q4_0.cpp pass_layout fills them): activation rows in passes of
     // pass_rows (the last may be shorter); pass [t0, t0 + n) starts at xp + t0 * (cols / 32) *
     // kI24PassRecord, and holds per block b, per row t of the pass, one kI24PassRecord record:
     //   64 bytes a (a's block order above), 32 bytes r, sr[b] as 8 floats.
     const uint8_t *xp = nullptr;
     int64_t pass_rows = 0;
+    // Isa::Avx512 with T odd only (q4_0.cpp fills it): for the last activation row, per block b
+    // the 8 int32 lanes c1[8b + k] = -8 * (256 * sum_{A_k} a + sum_{B_k} r), so a kernel can sum
+    // the stored codes q (0..15) instead of q - 8 and start S from c1 (the same exact integer).
+    const int32_t *c1 = nullptr;  // (cols / 32, 8)
 };
 constexpr int64_t kI24PassRecord = 128;
 static inline int i24_a_pos(int i) {  // position of weight i (0..31) in a's block
