@@ -238,14 +238,14 @@ struct I24Scratch {
     std::vector<uint8_t> r, rp, xp;
     std::vector<float> sr, srp;
     std::vector<int> row_exp;
-    std::vector<int32_t> c1, cp;
+    std::vector<int32_t> c1;
     std::vector<int64_t> sel_int, sel_f32;  // activation rows per path (i24_row_needs_f32)
     std::vector<float> xg, lg;              // gathered rows of a mixed batch
 };
 
-// The centring lanes of activation row t (I24Args::c1 / cp): per block b, each lane's
-// -8 * (256 * sum a + sum r) over A_k and B_k, written to out + b * stride.
-const int32_t *centring_lanes(const I24Args &a, int64_t t, int32_t *out, int64_t stride = 8) {
+// I24Args::c1 of activation row t: per block b, each lane's -8 * (256 * sum a + sum r) over A_k
+// and B_k.
+const int32_t *centring_lanes(const I24Args &a, int64_t t, int32_t *out) {
     const int64_t nb = a.cols / kQK;
     for (int64_t b = 0; b < nb; ++b) {
         const int16_t *xa = a.a + t * a.cols + b * kQK;
@@ -253,16 +253,15 @@ const int32_t *centring_lanes(const I24Args &a, int64_t t, int32_t *out, int64_t
         int32_t s[8] = {};
         for (int i = 0; i < kQK; ++i) s[i24_a_lane(i)] += 256 * xa[i24_a_pos(i)];
         for (int i = 0; i < kQK; ++i) s[i >> 2] += xr[i];
-        for (int k = 0; k < 8; ++k) out[b * stride + k] = -8 * s[k];
+        for (int k = 0; k < 8; ++k) out[b * 8 + k] = -8 * s[k];
     }
     return out;
 }
 
-// The row-pair layout of I24Args::ap / rp / srp / cp (q4_0_kernels.hpp): a copy of the prepared
+// The row-pair layout of I24Args::ap / rp / srp (q4_0_kernels.hpp): a copy of the prepared
 // integers and scales, so every ISA sees the same ones.
-void pair_layout(const I24Args &a, int16_t *ap, uint8_t *rp, float *srp, int32_t *cp) {
+void pair_layout(const I24Args &a, int16_t *ap, uint8_t *rp, float *srp) {
     const int64_t nb = a.cols / kQK;
-    for (int64_t t = 0; t < a.T / 2 * 2; ++t) centring_lanes(a, t, cp + (t / 2) * nb * 16 + (t % 2) * 8, 16);
     for (int64_t p = 0; p < a.T / 2; ++p) {
         const int64_t t = 2 * p, u = t + 1;
         for (int64_t b = 0; b < nb; ++b) {
@@ -303,7 +302,6 @@ void pass_layout(const I24Args &a, int64_t pass_rows, uint8_t *xp) {
     }
 }
 
-
 // A batch's kernel and arguments, set up once (activations prepared) and run per row task.
 struct I24Run {
     I24Args a;
@@ -342,9 +340,7 @@ I24Run setup_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T,
             int16_t *ap = aligned64(xs.ap, n);
             uint8_t *rp = aligned64(xs.rp, n);
             float *srp = aligned64(xs.srp, (size_t)((T / 2 + 3) / 4 * (c.cols / kQK) * 8));
-            int32_t *cp = aligned64(xs.cp, (size_t)(T / 2 * (c.cols / kQK) * 16));
-            pair_layout(a, ap, rp, srp, cp);
-            a.cp = cp;
+            pair_layout(a, ap, rp, srp);
             a.ap = ap;
             a.rp = rp;
             a.srp = srp;

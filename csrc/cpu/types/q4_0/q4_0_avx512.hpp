@@ -31,5 +31,12 @@ static inline __m128i scales8_f16(const uint8_t *p, int n) {
     return _mm512_castsi512_si128(_mm512_permutex2var_epi16(lo, idx, hi));
 }
 
+// Per-word shift counts [0 | 4 | 0 | 4] by 128-bit lane: srlv of a broadcast 16 qs bytes gives
+// the low nibbles in lanes 0 and 2, the high nibbles in lanes 1 and 3 (before the mask).
+static inline __m512i nibble_shifts() {
+    return _mm512_setr_epi64(0, 0, 0x0004000400040004LL, 0x0004000400040004LL, 0, 0, 0x0004000400040004LL,
+                             0x0004000400040004LL);
+}
+
 }  // namespace
 }  // namespace lmt::cpu::q4_0

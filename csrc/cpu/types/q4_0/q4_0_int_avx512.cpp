@@ -102,8 +102,7 @@ static void pairs_t1(const I24Args &a, int64_t r, int64_t t) {
     const int16_t *xa = a.a + t * a.cols;
     const uint8_t *xr = a.r + t * a.cols;
     const float *sr = a.sr + t * nb;
-    const __m512i cnt = _mm512_setr_epi64(0, 0, 0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
-                                          0x0004000400040004LL, 0x0004000400040004LL);
+    const __m512i cnt = nibble_shifts();
     const __m512i m4 = _mm512_set1_epi8(0x0F), z = _mm512_setzero_si512();
     const __m512i half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 8, 8, 8, 8, 8, 8, 8, 8);
     __m512 acc[P];
@@ -180,10 +179,8 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
                               float (*const *acc)[16]) {
     const int64_t nb = a.cols / kQK;
     // Lanes 1 and 3 (128-bit) of the broadcast qs take the high nibbles: [lo | hi | lo | hi].
-    const __m512i cnt = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_inserti128_si256(
-                                               _mm256_setzero_si256(), _mm_set1_epi16(4), 1)),
-                                           _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_set1_epi16(4), 1), 1);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), z = _mm512_setzero_si512();
+    const __m512i cnt = nibble_shifts();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), k8 = _mm512_set1_epi8(8), z = _mm512_setzero_si512();
     __m512 facc[R][P];
     alignas(32) float dv[R][kChunk];
     LMT_UNROLL
@@ -213,7 +210,7 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
             const uint8_t *blk = row[k] + (size_t)b * kBB;
             e8[k] = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(dv[k][b - b0]), s8));
             const __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + 2)));
-            q8[k] = _mm512_and_si512(_mm512_srlv_epi16(v, cnt), m4);  // the codes 0..15: S starts from cp
+            q8[k] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srlv_epi16(v, cnt), m4), k8);
             w0[k] = _mm512_unpacklo_epi8(z, q8[k]);
             w1[k] = _mm512_unpackhi_epi8(z, q8[k]);
         }
@@ -222,10 +219,10 @@ static inline void pairs_step(const I24Args &a, const uint8_t *const *row, int64
             const int64_t pb = (p0 + p) * nb + b;
             const int16_t *ap = a.ap + pb * 64;
             const __m512i R8 = _mm512_load_si512(a.rp + pb * 64), A0 = _mm512_load_si512(ap),
-                          A1 = _mm512_load_si512(ap + 32), C = _mm512_load_si512(a.cp + pb * 16);
+                          A1 = _mm512_load_si512(ap + 32);
             LMT_UNROLL
             for (int k = 0; k < R; ++k) {
-                __m512i S = _mm512_dpbusd_epi32(C, R8, q8[k]);
+                __m512i S = _mm512_dpbusd_epi32(z, R8, q8[k]);
                 S = _mm512_dpwssd_epi32(S, A0, w0[k]);
                 S = _mm512_dpwssd_epi32(S, A1, w1[k]);
                 facc[k][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_permutexvar_ps(eidx[p], e8[k]), facc[k][p]);

@@ -61,8 +61,6 @@ struct I24Args {
     const int16_t *ap = nullptr;  // (T / 2, 2 * cols)
     const uint8_t *rp = nullptr;  // (T / 2, 2 * cols)
     const float *srp = nullptr;   // (ceil(T / 2 / 4), cols / 32, 8)
-    //   cp:  16 int32  c1 of row 2p (lanes 0-7) and of row 2p + 1 (lanes 8-15), per pair and block
-    const int32_t *cp = nullptr;  // (T / 2, cols / 32, 16)
     // Isa::Avx2 with T >= 2 only (q4_0.cpp pass_layout fills them): activation rows in passes of
     // pass_rows (the last may be shorter); pass [t0, t0 + n) starts at xp + t0 * (cols / 32) *
     // kI24PassRecord, and holds per block b, per row t of the pass, one kI24PassRecord record:

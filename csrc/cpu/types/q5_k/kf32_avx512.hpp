@@ -24,7 +24,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "cpu/internal.hpp"
 #include "lmtail/blocks/q4_k.h"
@@ -43,27 +42,7 @@ static_assert(offsetof(lmt_block_q4_K, qs) == 16 && offsetof(lmt_block_q5_K, qs)
                   offsetof(lmt_block_q5_K, qh) == 16,
               "K-quant layouts as read below");
 
-// d1[j] = d * sc[j], m1[j] = dmin * m[j] (one rounding each, as the reference), j = 0..7.
-static inline void kf32_scales(const uint8_t *blk, float *d1, float *m1) {
-    uint32_t a, bb, c;
-    uint16_t d, dmin;
-    std::memcpy(&d, blk, 2);
-    std::memcpy(&dmin, blk + 2, 2);
-    std::memcpy(&a, blk + 4, 4);
-    std::memcpy(&bb, blk + 8, 4);
-    std::memcpy(&c, blk + 12, 4);
-    const uint64_t sc = (uint64_t)(a & 0x3F3F3F3Fu) | ((uint64_t)((c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u)) << 32);
-    const uint64_t mm =
-        (uint64_t)(bb & 0x3F3F3F3Fu) | ((uint64_t)(((c >> 4) & 0x0F0F0F0Fu) | ((bb >> 2) & 0x30303030u)) << 32);
-    // F16C is exact for every half (a NaN comes out quiet, as the scalar multiply makes it).
-    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d | ((uint32_t)dmin << 16))));
-    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-    const __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mm)));
-    _mm256_store_ps(d1, _mm256_mul_ps(_mm256_broadcastss_ps(dd), scf));
-    _mm256_store_ps(m1, _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), mf));
-}
-
-// Row K of kf32_scales4: its 16 bytes sc[0..7], m[0..7] (lane K of B) times [d x 8 | dmin x 8].
+// Row K of kf32_scales: its 16 bytes sc[0..7], m[0..7] (lane K of B) times [d x 8 | dmin x 8].
 template <int K>
 static inline void kf32_scales_row(__m512i B, __m512 ddz, float (*d1)[8], float (*m1)[8]) {
     const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(B, K)));
@@ -74,14 +53,17 @@ static inline void kf32_scales_row(__m512i B, __m512 ddz, float (*d1)[8], float 
     _mm256_store_ps(m1[K], _mm512_extractf32x8_ps(p, 1));
 }
 
-// kf32_scales for 4 blocks at once (4 weight rows), the same values: the 16-byte headers in the
-// four 128-bit lanes, the 6-bit fields by byte shuffles and masks, one conversion per row. At
-// T = 1 the scalar version was ~40% of the Q4_K kernel's time (L3-resident, 1 thread).
-static inline void kf32_scales4(const uint8_t *const *blk, float (*d1)[8], float (*m1)[8]) {
-    __m512i H = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[0])));
-    H = _mm512_inserti32x4(H, _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[1])), 1);
-    H = _mm512_inserti32x4(H, _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[2])), 2);
-    H = _mm512_inserti32x4(H, _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[3])), 3);
+// d1[k][j] = d * sc[j], m1[k][j] = dmin * m[j] (one rounding each, as the reference) for the
+// blocks of R <= 4 weight rows at once: the 16-byte headers in the 128-bit lanes (unused lanes
+// repeat row 0), the 6-bit fields by byte shuffles and masks, one conversion per row. A scalar
+// unpack per row was ~40% of the Q4_K kernel's time at T = 1 (L3-resident, 1 thread).
+template <int R>
+static inline void kf32_scales(const uint8_t *const *blk, float (*d1)[8], float (*m1)[8]) {
+    static_assert(R >= 1 && R <= 4, "four 128-bit lanes");
+    __m512i H = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[0])));
+    if constexpr (R > 1) H = _mm512_inserti32x4(H, _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[1])), 1);
+    if constexpr (R > 2) H = _mm512_inserti32x4(H, _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[2])), 2);
+    if constexpr (R > 3) H = _mm512_inserti32x4(H, _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk[3])), 3);
     // header byte 4 + i = scales[i]. Output bytes per lane: sc[0..7], m[0..7] with
     //   sc[j] = s[j] & 63,  sc[4+j] = (s[8+j] & 15) | (s[j] >> 6) << 4,
     //   m[j] = s[4+j] & 63, m[4+j] = (s[8+j] >> 4) | (s[4+j] >> 6) << 4       (j < 4)
@@ -99,9 +81,9 @@ static inline void kf32_scales4(const uint8_t *const *blk, float (*d1)[8], float
         _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), H)));
     const __m512 ddz = _mm512_castps256_ps512(dd);
     kf32_scales_row<0>(B, ddz, d1, m1);
-    kf32_scales_row<1>(B, ddz, d1, m1);
-    kf32_scales_row<2>(B, ddz, d1, m1);
-    kf32_scales_row<3>(B, ddz, d1, m1);
+    if constexpr (R > 1) kf32_scales_row<1>(B, ddz, d1, m1);
+    if constexpr (R > 2) kf32_scales_row<2>(B, ddz, d1, m1);
+    if constexpr (R > 3) kf32_scales_row<3>(B, ddz, d1, m1);
 }
 
 // Bit `bit` of each dword of q moved to bit 4 (other bits: don't care; vpternlogd keeps bit 4).
@@ -201,9 +183,8 @@ static void kf32_tile(const MatvecArgs &a, int64_t r, int64_t t0) {
             // this row's next blocks, 1 KB ahead (DRAM latency over R streams)
             const char *ahead = reinterpret_cast<const char *>(blk[k]) + 1024;
             for (size_t l = 0; l < L::kBytes; l += 64) _mm_prefetch(ahead + l, _MM_HINT_T0);
-            if constexpr (R != 4) kf32_scales(blk[k], d1[k], m1[k]);
         }
-        if constexpr (R == 4) kf32_scales4(blk, d1, m1);
+        kf32_scales<R>(blk, d1, m1);
         const int64_t i0 = b * LMT_QK_K;
         kf32_group<Q5, R, TG, 0>(blk, d1, m1, x, i0, acc);
         kf32_group<Q5, R, TG, 1>(blk, d1, m1, x, i0, acc);
