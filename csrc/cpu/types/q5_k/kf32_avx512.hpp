@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "cpu/internal.hpp"
+#include "cpu/types/q5_k/q5k_x86.hpp"  // hsum16_avx: the canonical 16-lane tree
 #include "lmtail/blocks/q4_k.h"
 #include "lmtail/blocks/q5_k.h"
 
@@ -149,16 +150,6 @@ static inline void kf32_group(const uint8_t *const *blk, const float (*d1)[8], c
     (void)low4;
 }
 
-static inline float kf32_hsum16(__m512 v) {
-    alignas(64) float a[16];
-    _mm512_store_ps(a, v);
-    float b[8], c[4], d[2];
-    for (int l = 0; l < 8; ++l) b[l] = a[l] + a[l + 8];
-    for (int l = 0; l < 4; ++l) c[l] = b[l] + b[l + 4];
-    for (int l = 0; l < 2; ++l) d[l] = c[l] + c[l + 2];
-    return d[0] + d[1];
-}
-
 // Weight rows r .. r + R, activation rows t0 .. t0 + TG.
 template <bool Q5, int R, int TG>
 static void kf32_tile(const MatvecArgs &a, int64_t r, int64_t t0) {
@@ -193,7 +184,8 @@ static void kf32_tile(const MatvecArgs &a, int64_t r, int64_t t0) {
     }
     LMT_UNROLL
     for (int k = 0; k < R; ++k)
-        for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r + k] = kf32_hsum16(acc[k][t]);
+        for (int t = 0; t < TG; ++t) a.logits[(t0 + t) * a.rows + r + k] =
+                hsum16_avx(_mm512_castps512_ps256(acc[k][t]), _mm512_extractf32x8_ps(acc[k][t], 1));
 }
 
 template <bool Q5, int R>
