@@ -113,6 +113,8 @@ def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, war
     print(f"\n== timing: {what}, {args.gap_ms:g} ms idle gap before each call, {warmup} warm-up round(s)")
     for T in Ts:
         x = rng.standard_normal((T, COLS), dtype=np.float32)
+        # Hidden states of real models have a few outlier channels (lmtail's i24 takes them out).
+        x[:, np.linspace(77, COLS - 77, args.outlier_channels, dtype=np.int64)] *= np.float32(100.0)
         # --ggml-repack: the weight where llama.cpp loads it (CPU_REPACK, use_extra_bufts) for the
         # types/shapes ggml repacks on this CPU; ggml's own choice, so the anchor is llama.cpp's path.
         mm = G.MatMul(w, type_id, COLS, T, repack=args.ggml_repack)
@@ -190,6 +192,8 @@ def main(argv=None) -> int:
                          "spins for ms after a parallel region) steal the 2 cores from the other (default 20)")
     ap.add_argument("--rows", type=int, default=ROWS, help=f"head rows (default {ROWS}; smaller only for smoke tests)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--outlier-channels", type=int, default=0,
+                    help="multiply this many fixed channels of x by 100 (outlier channels, as real hidden states have)")
     ap.add_argument("--dtype", default="Q5_K", help=f"comma list of head weight types, or 'all' ({','.join(ALL_DTYPES)}); default Q5_K")
     ap.add_argument("--precision", default="default", help="comma list of lmtail precisions ('default' = the type's own; e.g. default,f32)")
     ap.add_argument("--ggml-repack", action="store_true",

@@ -215,47 +215,24 @@ static inline int xi16_pos(int i) {  // position of weight i (0..255) in its blo
 //   logit = hsum8(acc)
 // The centring is free on x86: the unpack yields q - 16 as a signed byte (q5k_split_group<G, true>).
 // Measured (600 x 6656 quantised Gaussian weights, Gaussian x, 3 rows): see docs/DESIGN.md.
-// An activation row with an outlier block is not computed this way at all: the dispatch gives it
-// the type's F32 kernel (i24_row_needs_f32 below; Q5_K, Q4_K and, per 32-block, Q4_0).
-// ---- I24 outlier fallback (per activation row) ---------------------------------------------
+// An outlier block is not computed this way as it is: its largest elements are taken out (and
+// added back in f32) or the row takes the type's F32 kernel (cpu/i24_outliers.hpp; Q5_K, Q4_K
+// and, per 32-block, Q4_0).
+// ---- I24 activation outliers (cpu/i24_outliers.hpp) -----------------------------------------
 // I24's representation step is absolute within a block: every element is held to ~max|x_b|/2^23,
 // so an element far below its block's max keeps few significant bits. With activation outliers
 // (a few elements 100-1000x the rest) and weights that are large where x is ordinary (the usual
 // case: outlier channels of x and of W are different columns), the logit is dominated by
 // ordinary elements whose relative error is ~ (max|x_b| / |x_i|) * 2^-24: measured 2e-6 to 1.5e-5
-// normwise. The F32 precision has no such term (each product is exact inside its fma). So a row
-// with any block whose NONZERO elements have a median magnitude below max|x_b| / 8
-// (i24_row_needs_f32) is computed with the type's F32 kernel instead. No criterion on x alone can
-// bound the error for every W (a W that weights only x's tiniest elements defeats any of them), so
-// the threshold is measured: over Gaussian / uniform / Laplace / Student-t3 blocks with 1-16
-// outliers at 2-24x the median and 300x weight spikes, rows below max/median = 8 reached 7.7e-7
-// normwise (below 16: 1.0e-6, unbounded rows: 2.3e-5); the rest of I24's error (~3e-7 with spiky
-// weights) is the centring term C*X cancelling against L in f32. Exact zeros are represented
-// exactly and do not count. A Gaussian block has max/median ~ 4.5 (it needs a >5-sigma max to
-// trip), so Gaussian rows keep I24; Laplace-like blocks (max/median ~ 8-11) often do not. The decision reads only that row of x, so a row's logits stay a pure function of
-// (W, that row): thread-count and batch invariant, the same on every ISA. A non-finite block never
-// trips it (the I24 path already makes the row NaN).
-// `block` is the activation block of the type's I24 format (256; Q4_0: 32); cols % block == 0.
-static inline bool i24_row_needs_f32(const float *xr, int64_t cols, int block = 256) {
-    for (int64_t b0 = 0; b0 < cols; b0 += block) {
-        const float *xb = xr + b0;
-        float amax = 0.0f;
-        bool nonfinite = false;
-        for (int i = 0; i < block; ++i) {
-            nonfinite |= is_nonfinite(xb[i]);
-            amax = std::fabs(xb[i]) > amax ? std::fabs(xb[i]) : amax;
-        }
-        if (nonfinite || amax == 0.0f) continue;
-        int nz = 0, small = 0;
-        for (int i = 0; i < block; ++i) {
-            const float v = std::fabs(xb[i]);
-            nz += v != 0.0f;
-            small += v != 0.0f && v * 8.0f < amax;  // v * 8 is exact or +inf (then not small)
-        }
-        if (2 * small > nz) return true;
-    }
-    return false;
-}
+// normwise. A block whose NONZERO elements have a median magnitude below max|x_b| / 8 is therefore
+// not run as it is: its largest elements are taken out (and added back in f32) until it passes, or
+// the row takes the F32 kernel (i24_outliers.hpp). No criterion on x alone can bound the error for
+// every W (a W that weights only x's tiniest elements defeats any of them), so the threshold is
+// measured: over Gaussian / uniform / Laplace / Student-t3 blocks with 1-16 outliers at 2-24x the
+// median and 300x weight spikes, blocks below max/median = 8 reached 7.7e-7 normwise (below 16:
+// 1.0e-6, unbounded: 2.3e-5); the rest of I24's error (~3e-7 with spiky weights) is the centring
+// term C*X cancelling against L in f32. Exact zeros are represented exactly and do not count. A
+// Gaussian block has max/median ~ 4.5 (it needs a >5-sigma max to trip).
 
 // Runs fn(x_sub, T_sub, logits_sub) on the activation rows `sel` of x (T, cols) -> logits (T,
 // rows): in place when sel is every row, else through gathered copies (xg, lg: caller scratch).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/ggml/q0f_ggml.hpp"
+#include "cpu/i24_outliers.hpp"
 #include "cpu/types/q4_0/q4_0_kernels.hpp"
 
 // The quantiser must round exactly as ggml's reference: no contraction into FMAs.
@@ -239,9 +240,17 @@ struct I24Scratch {
     std::vector<float> sr, srp;
     std::vector<int> row_exp;
     std::vector<int32_t> c1;
-    std::vector<int64_t> sel_int, sel_f32;  // activation rows per path (i24_row_needs_f32)
-    std::vector<float> xg, lg;              // gathered rows of a mixed batch
+    I24Split split;             // activation rows per path, outliers taken out (i24_outliers.hpp)
+    std::vector<float> xg, lg;  // gathered F32 rows / the logits of a subset
 };
+
+// The canonical F32 weight at column c of a row, d * (q - 8) (exact), for the outlier add-back.
+float weight_at(const uint8_t *row, int64_t c) {
+    const uint8_t *blk = row + (size_t)(c / kQK) * kBB;
+    uint16_t dh;
+    std::memcpy(&dh, blk, 2);
+    return (float)lmt_q4_0_q(blk + 2, (int)(c % kQK)) * f16_to_f32(dh);
+}
 
 // I24Args::c1 of activation row t: per block b, each lane's -8 * (256 * sum a + sum r) over A_k
 // and B_k.
@@ -369,6 +378,7 @@ void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, flo
     const I24Run s = setup_i24(c, xs, x, T, logits);
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
         s.kernel(s.a, r0, r1);
+        i24_add_outliers(xs.split, weight_at, c.w, c.row_stride, c.rows, r0, r1, logits);
         canonical_nans(logits, c.rows, T, r0, r1);
     });
     undo_row_exp(c, xs, T, logits);
@@ -399,26 +409,25 @@ void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
 // the integer rows, then the F32 kernel on the outlier rows while the task's weights are in L2
 // (two passes read the head from DRAM twice). Each logit is the same function of its own row.
 void run_mixed(const MatvecCall &c, I24Scratch &xs) {
-    const int64_t ni = (int64_t)xs.sel_int.size(), nf = (int64_t)xs.sel_f32.size();
+    const I24Split &sp = xs.split;
+    const int64_t ni = (int64_t)sp.sel_int.size(), nf = (int64_t)sp.sel_f32.size();
     float *xg = xs.xg.data(), *lg = xs.lg.data();
-    for (int64_t k = 0; k < ni; ++k)
-        std::memcpy(xg + k * c.cols, c.x + xs.sel_int[k] * c.cols, sizeof(float) * (size_t)c.cols);
     for (int64_t k = 0; k < nf; ++k)
-        std::memcpy(xg + (ni + k) * c.cols, c.x + xs.sel_f32[k] * c.cols, sizeof(float) * (size_t)c.cols);
+        std::memcpy(xg + k * c.cols, c.x + sp.sel_f32[k] * c.cols, sizeof(float) * (size_t)c.cols);
     float *li = lg, *lf = lg + ni * c.rows;
-    const I24Run s = setup_i24(c, xs, xg, ni, li);
-    const F32Run f = setup_f32(c, xg + ni * c.cols, nf, lf);
+    const I24Run s = setup_i24(c, xs, sp.int_rows(c.x), ni, li);
+    const F32Run f = setup_f32(c, xg, nf, lf);
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
         s.kernel(s.a, r0, r1);
+        i24_add_outliers(sp, weight_at, c.w, c.row_stride, c.rows, r0, r1, li);
         canonical_nans(li, c.rows, ni, r0, r1);
         f.kernel(f.a, r0, r1);
         canonical_nans(lf, c.rows, nf, r0, r1);
     });
     undo_row_exp(c, xs, ni, li);
-    for (int64_t k = 0; k < ni; ++k)
-        std::memcpy(c.logits + xs.sel_int[k] * c.rows, li + k * c.rows, sizeof(float) * (size_t)c.rows);
+    i24_scatter(sp, li, c.logits, c.rows);
     for (int64_t k = 0; k < nf; ++k)
-        std::memcpy(c.logits + xs.sel_f32[k] * c.rows, lf + k * c.rows, sizeof(float) * (size_t)c.rows);
+        std::memcpy(c.logits + sp.sel_f32[k] * c.rows, lf + k * c.rows, sizeof(float) * (size_t)c.rows);
 }
 
 void matvec(const MatvecCall &c) {
@@ -428,24 +437,24 @@ void matvec(const MatvecCall &c) {
         return;
     }
     thread_local I24Scratch xs;
-    // Rows with activation outliers take the F32 kernel (i24_row_needs_f32, cpu/internal.hpp),
-    // judged per 32-block, the block of Q4_0's I24 activations.
-    xs.sel_int.clear();
-    xs.sel_f32.clear();
-    for (int64_t t = 0; t < c.T; ++t)
-        (i24_row_needs_f32(c.x + t * c.cols, c.cols, (int)kQK) ? xs.sel_f32 : xs.sel_int).push_back(t);
-    if (!xs.sel_f32.empty() && (int64_t)xs.sel_f32.size() < c.T) {
+    // Rows with activation outliers, judged per 32-block (the block of Q4_0's I24 activations):
+    // taken out and added back, or the F32 kernel (i24_outliers.hpp).
+    i24_split(c.x, c.T, c.cols, (int)kQK, xs.split);
+    const I24Split &sp = xs.split;
+    const int64_t ni = (int64_t)sp.sel_int.size(), nf = (int64_t)sp.sel_f32.size();
+    if (ni < c.T) {
         if ((int64_t)xs.xg.size() < c.T * c.cols) xs.xg.resize((size_t)(c.T * c.cols));
         if ((int64_t)xs.lg.size() < c.T * c.rows) xs.lg.resize((size_t)(c.T * c.rows));
     }
-    if (!xs.sel_f32.empty() && !xs.sel_int.empty()) {
+    if (ni > 0 && nf > 0) {
         run_mixed(c, xs);
         return;
     }
-    for_row_subset(xs.sel_int.data(), (int64_t)xs.sel_int.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
-                   xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_i24(c, xs, x, T, out); });
-    for_row_subset(xs.sel_f32.data(), (int64_t)xs.sel_f32.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
-                   xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_f32(c, x, T, out); });
+    if (ni > 0) {
+        run_i24(c, xs, sp.int_rows(c.x), ni, c.logits);
+        return;
+    }
+    run_f32(c, c.x, c.T, c.logits);
 }
 
 }  // namespace

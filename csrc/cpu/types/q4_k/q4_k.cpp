@@ -1,10 +1,13 @@
 // Q4_K: the type-table row and the matvec dispatch (activation preparation for I24, ISA
 // selection, row split over threads). The canonical expressions are in q4_k_internal.hpp.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "cpu/ggml/kquant_ggml.hpp"
+#include "cpu/i24_outliers.hpp"
 #include "cpu/types/q4_k/q4_k_internal.hpp"
 #include "cpu/types/types.hpp"
 
@@ -17,9 +20,21 @@ struct XI24Scratch {
     std::vector<int16_t> q;
     std::vector<uint8_t> r;
     std::vector<float> sum, dx, dxr;
-    std::vector<int64_t> sel_int, sel_f32;  // the activation rows per kernel
-    std::vector<float> xg, lg;              // gathered rows / their logits (mixed batches only)
+    I24Split split;           // the activation rows per kernel, outliers taken out
+    std::vector<float> xg, lg;  // gathered F32 rows / the logits of a subset
 };
+
+// The canonical F32 weight at column c of a row (q4_k_internal.hpp), for the outlier add-back.
+float q4_k_weight_at(const uint8_t *row, int64_t c) {
+    const uint8_t *b = row + (size_t)(c / LMT_QK_K) * LMT_Q4K_BLOCK_BYTES;
+    const int i = (int)(c % LMT_QK_K), j = i / 32;
+    uint16_t d, dmin;
+    std::memcpy(&d, b, 2);
+    std::memcpy(&dmin, b + 2, 2);
+    const float d1 = f16_to_f32(d) * (float)lmt_q5k_scale(b + 4, j);
+    const float m1 = f16_to_f32(dmin) * (float)lmt_q5k_min(b + 4, j);
+    return std::fma((float)lmt_q4k_q(b + 16, i), d1, -m1);
+}
 
 // 64 rows per task (240 KB of weights at cols = 6656): large enough to amortise scheduling,
 // small enough that two threads finish close together.
@@ -42,7 +57,7 @@ void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
 }
 
-// I24 over activation rows x (T, cols) -> logits (T, rows).
+// I24 over activation rows x (T, cols) -> logits (T, rows), xs.split's outliers added back.
 void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, float *logits) {
     const int64_t nb = c.cols / LMT_QK_K, n = T * c.cols;
     if ((int64_t)xs.q.size() < n) xs.q.resize((size_t)n);
@@ -67,7 +82,10 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
 #endif
         default: break;
     }
-    for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) { kernel(a, r0, r1); });
+    for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+        kernel(a, r0, r1);
+        i24_add_outliers(xs.split, q4_k_weight_at, c.w, c.row_stride, c.rows, r0, r1, logits);
+    });
 }
 
 void q4_k_matvec(const MatvecCall &c) {
@@ -88,17 +106,20 @@ void q4_k_matvec(const MatvecCall &c) {
         return;
     }
     thread_local XI24Scratch xs;
-    // Rows with activation outliers take the F32 kernel (i24_row_needs_f32, cpu/internal.hpp).
-    xs.sel_int.clear();
-    xs.sel_f32.clear();
-    for (int64_t t = 0; t < c.T; ++t) (i24_row_needs_f32(c.x + t * c.cols, c.cols) ? xs.sel_f32 : xs.sel_int).push_back(t);
-    if (!xs.sel_f32.empty() && (int64_t)xs.sel_f32.size() < c.T) {
+    // Rows with activation outliers: taken out and added back, or the F32 kernel (i24_outliers.hpp).
+    i24_split(c.x, c.T, c.cols, LMT_QK_K, xs.split);
+    const I24Split &sp = xs.split;
+    const int64_t ni = (int64_t)sp.sel_int.size();
+    if (ni < c.T) {
         if ((int64_t)xs.xg.size() < c.T * c.cols) xs.xg.resize((size_t)(c.T * c.cols));
         if ((int64_t)xs.lg.size() < c.T * c.rows) xs.lg.resize((size_t)(c.T * c.rows));
     }
-    for_row_subset(xs.sel_int.data(), (int64_t)xs.sel_int.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
-                   xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_i24(c, xs, x, T, out); });
-    for_row_subset(xs.sel_f32.data(), (int64_t)xs.sel_f32.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
+    if (ni > 0) {
+        float *out = ni == c.T ? c.logits : xs.lg.data();
+        run_i24(c, xs, sp.int_rows(c.x), ni, out);
+        if (out != c.logits) i24_scatter(sp, out, c.logits, c.rows);
+    }
+    for_row_subset(sp.sel_f32.data(), (int64_t)sp.sel_f32.size(), c.x, c.T, c.cols, c.logits, c.rows, xs.xg.data(),
                    xs.lg.data(), [&](const float *x, int64_t T, float *out) { run_f32(c, x, T, out); });
 }
 

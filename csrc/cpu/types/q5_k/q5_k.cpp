@@ -1,11 +1,14 @@
 // Q5_K: the type-table row and the matvec dispatch: argument checks, activation preparation (I16), ISA selection, row split
 // over threads.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "cpu/ggml/kquant_ggml.hpp"
+#include "cpu/i24_outliers.hpp"
 #include "cpu/types/types.hpp"
 
 namespace lmt::cpu {
@@ -19,9 +22,21 @@ struct XI16Scratch {
     std::vector<float> dx;
     std::vector<uint8_t> r;    // I24
     std::vector<float> dxr;    // I24
-    std::vector<int64_t> sel_int, sel_f32;  // I24: the activation rows per kernel
-    std::vector<float> xg, lg;              // gathered rows / their logits (mixed batches only)
+    I24Split split;             // I24: the activation rows per kernel, outliers taken out
+    std::vector<float> xg, lg;  // gathered F32 rows / the logits of a subset
 };
+
+// The canonical F32 weight at column c of a row (internal.hpp), for the I24 outlier add-back.
+float q5_k_weight_at(const uint8_t *row, int64_t c) {
+    const uint8_t *b = row + (size_t)(c / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES;
+    const int i = (int)(c % LMT_QK_K), j = i / 32;
+    uint16_t d, dmin;
+    std::memcpy(&d, b, 2);
+    std::memcpy(&dmin, b + 2, 2);
+    const float d1 = f16_to_f32(d) * (float)lmt_q5k_scale(b + 4, j);
+    const float m1 = f16_to_f32(dmin) * (float)lmt_q5k_min(b + 4, j);
+    return std::fma((float)lmt_q5k_q(b + 48, b + 16, i), d1, -m1);
+}
 
 }  // namespace
 
@@ -71,12 +86,20 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
 
     thread_local XI16Scratch xs;
     const bool res = precision == Precision::I24;
-    // I24: rows with activation outliers take the F32 kernel (i24_row_needs_f32, cpu/internal.hpp).
-    xs.sel_int.clear();
-    xs.sel_f32.clear();
-    for (int64_t t = 0; t < T; ++t)
-        (res && i24_row_needs_f32(x + t * cols, cols) ? xs.sel_f32 : xs.sel_int).push_back(t);
-    if (!xs.sel_f32.empty() && (int64_t)xs.sel_f32.size() < T) {
+    // I24: rows with activation outliers: taken out and added back, or the F32 kernel
+    // (i24_outliers.hpp). I16 runs every row as it is.
+    I24Split &sp = xs.split;
+    if (res) {
+        i24_split(x, T, cols, LMT_QK_K, sp);
+    } else {
+        sp.sel_int.clear();
+        sp.sel_f32.clear();
+        sp.col.clear();
+        sp.gathered = false;
+        for (int64_t t = 0; t < T; ++t) sp.sel_int.push_back(t);
+    }
+    const int64_t ni = (int64_t)sp.sel_int.size();
+    if (ni < T) {
         if ((int64_t)xs.xg.size() < T * cols) xs.xg.resize((size_t)(T * cols));
         if ((int64_t)xs.lg.size() < T * rows) xs.lg.resize((size_t)(T * rows));
     }
@@ -110,13 +133,17 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
             default: kernel = matvec_q5_k_i16_scalar; break;
         }
         core::parallel_for(n_threads, n_tasks, [&](int64_t task) {
-            const int64_t r0 = task * kRowsPerTask;
-            kernel(a, r0, std::min(rows, r0 + kRowsPerTask));
+            const int64_t r0 = task * kRowsPerTask, r1 = std::min(rows, r0 + kRowsPerTask);
+            kernel(a, r0, r1);
+            i24_add_outliers(sp, q5_k_weight_at, w, row_stride, rows, r0, r1, out);
         });
     };
-    for_row_subset(xs.sel_int.data(), (int64_t)xs.sel_int.size(), x, T, cols, logits, rows, xs.xg.data(),
-                   xs.lg.data(), run_int);
-    for_row_subset(xs.sel_f32.data(), (int64_t)xs.sel_f32.size(), x, T, cols, logits, rows, xs.xg.data(),
+    if (ni > 0) {
+        float *out = ni == T ? logits : xs.lg.data();
+        run_int(sp.int_rows(x), ni, out);
+        if (out != logits) i24_scatter(sp, out, logits, rows);
+    }
+    for_row_subset(sp.sel_f32.data(), (int64_t)sp.sel_f32.size(), x, T, cols, logits, rows, xs.xg.data(),
                    xs.lg.data(), run_f32);
 }
 
