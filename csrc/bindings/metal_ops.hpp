@@ -124,6 +124,31 @@ inline void bind_ops(py::module_ &e) {
         },
         py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("x"), py::arg("out"), py::arg("threads") = 0,
         py::arg("isa") = "auto", "out[t, r] = W[r] . x[t] in f32 for W of ggml type id `dtype` (rows, row_bytes).");
+    // precision="ggml": llama.cpp's own kernels from the library the user gave (lmtail._ggml_metal).
+    e.def("ggml_kernel_names", [] { return be::ggml_kernel_names(); },
+          "host names of the llama.cpp kernels the ggml route dispatches.");
+    e.def(
+        "ggml_matvec",
+        [](const std::string &library, const py::array &w, int dtype, int64_t cols, const py::array &x, py::array &out) {
+            const lmt::WeightType type = static_cast<lmt::WeightType>(dtype);
+            const MatvecIn in = matvec_in(w, type, cols, x, "auto");
+            expect_shape(out, "out", {in.T, in.rows});
+            float *op = data_of<float>(out, "out", true);
+            py::gil_scoped_release nogil;
+            be::ggml_matvec(library, type, in.w, in.rows, cols, in.stride, in.x, in.T, op);
+        },
+        py::arg("library"), py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("x"), py::arg("out"),
+        "out[t, r] = W[r] . x[t] by llama.cpp's kernel_mul_mv_<type>_f32 from `library`.");
+    e.def(
+        "ggml_softcap",
+        [](const std::string &library, py::array &x, float s, float cap) {
+            float *p = data_of<float>(x, "x", true);
+            const int64_t n = (int64_t)x.size();
+            py::gil_scoped_release nogil;
+            be::ggml_softcap(library, p, n, s, cap);
+        },
+        py::arg("library"), py::arg("x"), py::arg("s"), py::arg("cap"),
+        "x*s, then (cap > 0) the cap, as llama.cpp's four unary nodes from `library`, in place.");
     e.def(
         "matvec_view",
         [](const py::array &w, int dtype, int64_t cols, const py::array &x, const std::string &isa) {

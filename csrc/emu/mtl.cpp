@@ -1,4 +1,5 @@
 // metal-emu host API: buffers, pipelines, command recording, hazard check and execution.
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -105,17 +106,90 @@ NS::String *Function::name() const { return NS::String::string(info_->name, NS::
 Function *Library::newFunction(const NS::String *name) {
     const std::string n = name->utf8String();
     if (from_source_ && std::find(declared_.begin(), declared_.end(), n) == declared_.end()) return nullptr;
-    const KernelInfo *k = lmt::emu::find_kernel(n);
+    const KernelInfo *k = nullptr;
+    if (kernels_) {
+        for (int i = 0; i < n_kernels_ && !k; ++i)
+            if (n == kernels_[i]->name) k = kernels_[i];
+    } else {
+        k = lmt::emu::find_kernel(n);
+    }
     if (!k) return nullptr;
     auto *f = new Function();
     f->info_ = k;
     return f;
 }
 
+Function *Library::newFunction(const NS::String *name, const FunctionConstantValues *values, NS::Error **error) {
+    if (error) *error = nullptr;
+    Function *f = newFunction(name);
+    if (!f) {
+        if (error) *error = (new NS::Error(("no function '" + std::string(name->utf8String()) + "' in the library").c_str()))->autorelease();
+        return nullptr;
+    }
+    if (values && values->values_) {
+        for (const auto &v : *values->values_) {
+            bool declared = !kernels_;  // built-in kernels declare none: checked when read
+            for (int i = 0; i < n_fcs_ && !declared; ++i) declared = fcs_[i].index == v.index;
+            if (!declared) {
+                f->release();
+                if (error)
+                    *error = (new NS::Error(("function constant " + std::to_string(v.index) +
+                                             " is not declared by the library")
+                                                .c_str()))
+                                 ->autorelease();
+                return nullptr;
+            }
+        }
+        f->fc_ = new std::vector<lmt::emu::FcValue>(*values->values_);
+    }
+    return f;
+}
+Function::~Function() { delete fc_; }
+
+void FunctionConstantValues::setConstantValue(const void *value, DataType type, NS::UInteger index) {
+    uint32_t size = 0;
+    switch (type) {
+        case DataTypeBool: case DataTypeChar: case DataTypeUChar: size = 1; break;
+        case DataTypeHalf: case DataTypeShort: case DataTypeUShort: size = 2; break;
+        case DataTypeFloat: case DataTypeInt: case DataTypeUInt: size = 4; break;
+    }
+    if (!size) throw lmt::emu::KernelError("metal-emu: unsupported function constant data type " + std::to_string(type));
+    if (!values_) values_ = new std::vector<lmt::emu::FcValue>();
+    lmt::emu::FcValue v{(int)index, size, {}};
+    std::memcpy(v.bytes, value, size);
+    for (auto &o : *values_)
+        if (o.index == v.index) {
+            o = v;
+            return;
+        }
+    values_->push_back(v);
+}
+FunctionConstantValues::~FunctionConstantValues() { delete values_; }
+
 Library *Device::newLibrary(const NS::String *filepath, NS::Error **error) {
     if (error) *error = nullptr;
     auto *l = new Library();
     l->path_ = filepath ? filepath->utf8String() : "";
+    const std::string &p = l->path_;
+    if (p.size() > 3 && p.compare(p.size() - 3, 3, ".so") == 0) {
+        // A library translated at run time. Never dlclose'd: pipelines point into it.
+        auto fail = [&](const std::string &msg) -> Library * {
+            l->release();
+            if (error) *error = (new NS::Error(msg.c_str()))->autorelease();
+            return nullptr;
+        };
+        void *h = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (!h) return fail(std::string("metal-emu: cannot load ") + p + ": " + dlerror());
+        auto entry = (lmt::emu::LibraryEntry)dlsym(h, "lmt_emu_library");
+        if (!entry) return fail("metal-emu: " + p + " has no entry point lmt_emu_library");
+        lmt::emu::LibraryTable t{};
+        if (entry(&lmt::emu::host_hooks(), &t) != lmt::emu::kHooksVersion)
+            return fail("metal-emu: " + p + " was built for another version of the emulator");
+        l->kernels_ = t.kernels;
+        l->n_kernels_ = t.n_kernels;
+        l->fcs_ = t.fcs;
+        l->n_fcs_ = t.n_fcs;
+    }
     return l;
 }
 Library *Device::newLibrary(const NS::String *source, const CompileOptions *options, NS::Error **error) {
@@ -160,8 +234,10 @@ ComputePipelineState *Device::newComputePipelineState(const Function *fn, NS::Er
     }
     auto *p = new ComputePipelineState();
     p->info_ = fn->info_;
+    if (fn->fc_) p->fc_ = new std::vector<lmt::emu::FcValue>(*fn->fc_);
     return p;
 }
+ComputePipelineState::~ComputePipelineState() { delete fc_; }
 NS::UInteger ComputePipelineState::maxTotalThreadsPerThreadgroup() const { return lmt::emu::kMaxThreadsPerThreadgroup; }
 NS::UInteger ComputePipelineState::threadExecutionWidth() const { return lmt::emu::kSimdWidth; }
 
@@ -183,11 +259,14 @@ struct EmuCommand {
     std::vector<std::pair<int, Slot>> slots;
     lmt::emu::Dim3 groups, tg;
     std::vector<const Buffer *> resources;
+    size_t tg_len[lmt::emu::kMaxThreadgroupIndex] = {};
+    std::vector<lmt::emu::FcValue> fc;
 };
 struct ComputeCommandEncoder::State {
     DispatchType type;
     const ComputePipelineState *pso = nullptr;
     Slot slots[lmt::emu::kMaxBufferIndex];
+    size_t tg_len[lmt::emu::kMaxThreadgroupIndex] = {};
     std::vector<EmuCommand> cmds;
     bool ended = false;
 };
@@ -218,6 +297,14 @@ void ComputeCommandEncoder::setBytes(const void *bytes, NS::UInteger length, NS:
     s.is_bytes = true;
     s.bytes.assign((const unsigned char *)bytes, (const unsigned char *)bytes + length);
 }
+void ComputeCommandEncoder::setThreadgroupMemoryLength(NS::UInteger length, NS::UInteger index) {
+    if (index >= (NS::UInteger)lmt::emu::kMaxThreadgroupIndex)
+        throw lmt::emu::KernelError("metal-emu: threadgroup memory index " + std::to_string(index) + " out of range");
+    if (length % 16 != 0)  // Metal's rule for setThreadgroupMemoryLength
+        throw lmt::emu::KernelError("metal-emu: threadgroup memory length " + std::to_string(length) +
+                                    " is not a multiple of 16");
+    st_->tg_len[index] = length;
+}
 void ComputeCommandEncoder::dispatchThreadgroups(Size groups, Size tpg) {
     if (!st_->pso) throw lmt::emu::KernelError("metal-emu: dispatch without a pipeline state");
     const KernelInfo *k = st_->pso->info_;
@@ -241,6 +328,8 @@ void ComputeCommandEncoder::dispatchThreadgroups(Size groups, Size tpg) {
     }
     c.groups = dim(groups);
     c.tg = dim(tpg);
+    std::copy(std::begin(st_->tg_len), std::end(st_->tg_len), std::begin(c.tg_len));
+    if (st_->pso->fc_) c.fc = *st_->pso->fc_;
     st_->cmds.push_back(std::move(c));
 }
 void ComputeCommandEncoder::memoryBarrier(BarrierScope) { st_->cmds.push_back(EmuCommand(EmuCommand::BarrierAll)); }
@@ -337,6 +426,10 @@ std::vector<std::string> find_hazards(const std::vector<EmuCommand> &cmds) {
 
 lmt::emu::Bindings bindings_of(const EmuCommand &c, const std::map<const Buffer *, unsigned char *> &redirect) {
     lmt::emu::Bindings b;
+    std::copy(std::begin(c.tg_len), std::end(c.tg_len), std::begin(b.tg_len));
+    b.fc = c.fc.data();
+    b.n_fc = (int)c.fc.size();
+    b.hooks = &lmt::emu::host_hooks();
     for (const auto &[index, s] : c.slots) {
         if (s.is_bytes) {
             b.buf[index] = {(void *)s.bytes.data(), s.bytes.size()};

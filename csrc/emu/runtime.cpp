@@ -510,4 +510,22 @@ void kernel_fault(const std::string &msg) {
     throw KernelError("metal-emu: kernel '" + std::string(g && g->k ? g->k->name : "?") + "': " + msg);
 }
 
+const void *function_constant(int index, size_t size) {
+    const Group &g = *current_lane("function constant").g;
+    for (int i = 0; i < g.bind->n_fc; ++i) {
+        const FcValue &v = g.bind->fc[i];
+        if (v.index != index) continue;
+        if (v.size != size)
+            kernel_fault("function constant " + std::to_string(index) + " was set with " + std::to_string(v.size) +
+                         " bytes; the kernel declares " + std::to_string(size));
+        return v.bytes;
+    }
+    kernel_fault("function constant " + std::to_string(index) + " is used but the pipeline did not set it");
+}
+
+const Hooks &host_hooks() {
+    static const Hooks h = {kHooksVersion, &barrier, &simd_exchange, &tg_alloc, &kernel_fault, &function_constant};
+    return h;
+}
+
 }  // namespace lmt::emu

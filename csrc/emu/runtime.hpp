@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/lane_abi.hpp"
 #include "lmtail/cpu.hpp"
 
 namespace lmt::emu {
@@ -30,10 +31,6 @@ class HazardError : public lmt::Error {
     using Error::Error;
 };
 
-struct Dim3 {
-    uint32_t x = 1, y = 1, z = 1;
-};
-
 enum class Order : int { Forward = 0, Reverse = 1, Random = 2 };
 enum class HazardMode : int {
     Raise = 0,     // a hazard raises HazardError at commit, before anything runs
@@ -49,44 +46,9 @@ struct Config {
 Config &config();
 const char *order_name(Order o);
 
-constexpr uint32_t kSimdWidth = 32;
 constexpr size_t kMaxThreadgroupMemory = 32768;
 constexpr uint32_t kMaxThreadsPerThreadgroup = 1024;
 
-struct LaneBuiltins {
-    Dim3 thread_position_in_grid, thread_position_in_threadgroup, threadgroup_position_in_grid;
-    Dim3 threads_per_threadgroup, threadgroups_per_grid, threads_per_grid;
-    uint32_t thread_index_in_threadgroup, thread_index_in_simdgroup, simdgroup_index_in_threadgroup;
-    uint32_t simdgroups_per_threadgroup, threads_per_simdgroup;
-};
-
-constexpr int kMaxBufferIndex = 31;
-struct Binding {
-    void *ptr = nullptr;
-    size_t size = 0;  // bytes from ptr to the end of the bound buffer
-};
-struct Bindings {
-    Binding buf[kMaxBufferIndex];
-};
-
-// Generator metadata (tools/msl_trampolines.py): one record per [[buffer(n)]] parameter.
-enum class Access : uint8_t { Read = 0, Write = 1 };  // Write: a non-const device pointer
-struct ParamInfo {
-    const char *name;
-    const char *type;
-    int index;
-    Access access;
-};
-using Trampoline = void (*)(const LaneBuiltins &, const Bindings &);
-struct KernelInfo {
-    const char *name;
-    const char *file;
-    Trampoline fn;
-    const ParamInfo *params;
-    int n_params;
-};
-
-void register_kernel(const KernelInfo *k);
 const KernelInfo *find_kernel(const std::string &name);
 std::vector<const KernelInfo *> all_kernels();
 
@@ -95,25 +57,9 @@ struct DispatchStats {
 };
 // Runs every threadgroup of the grid. Throws KernelError on a kernel fault.
 DispatchStats run_dispatch(const KernelInfo &k, const Bindings &b, Dim3 groups, Dim3 tg_size);
+// The hooks handed to a library loaded at run time (mtl.cpp, Device::newLibrary).
+const Hooks &host_hooks();
 
-// ---- hooks called by kernel code (msl_compat.hpp) ----
-struct Site {
-    const char *file;
-    int line, col;
-};
-void barrier(Site s);
-// SIMD-group exchange: the lane publishes `bytes` (<= 16) and waits for its SIMD-group; returns
-// the 32 slots (16 bytes each) and the mask of lanes that took part.
-struct SimdView {
-    const unsigned char (*slots)[16];
-    uint32_t mask;
-    uint32_t lane;
-};
-SimdView simd_exchange(const void *v, size_t bytes, Site s);
-// Threadgroup storage of one declaration (key: unique per declaration site), shared by every
-// lane of the current group, poisoned with 0xFF bytes (NaN) when first reached.
-void *tg_alloc(const char *key, size_t bytes, size_t align);
-[[noreturn]] void kernel_fault(const std::string &msg);
 
 // Hazards found by the last commits in Snapshot mode (Raise mode throws the first one).
 std::vector<std::string> take_hazard_log();

@@ -89,6 +89,12 @@ SharedFloats matvec_shared(WeightType type, const uint8_t *w, int64_t rows, int6
 void scale(float *x, int64_t n, float s);
 void tanh(float *x, int64_t n);
 void softcap(float *x, int64_t n, float s, float cap, bool four_pass);
+// precision="ggml": llama.cpp's own kernels from the library at `library` (a metallib; metal-emu:
+// a shared object translated from llama.cpp's sources by lmtail._ggml_metal). csrc/metal/ggml.cpp.
+std::vector<std::string> ggml_kernel_names();
+void ggml_softcap(const std::string &library, float *x, int64_t n, float s, float cap);
+void ggml_matvec(const std::string &library, WeightType type, const uint8_t *w, int64_t rows, int64_t cols,
+                 size_t row_stride, const float *x, int64_t T, float *out);
 void argmax_rows(const float *x, int64_t n_rows, int64_t n, uint32_t *out);
 void greedy_argmax_rows(const float *x, int64_t n_rows, int64_t n, const uint32_t *excluded, int64_t n_excluded,
                         uint32_t *out);

@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from . import _backend, _core
+from . import _backend, _core, _ggml_metal
 from ._validate import cuda_tensor, finite_float, float32_array, is_cuda_tensor, threads_arg, token_ids, weight_array
 from .errors import NonFiniteLogitsError, ParameterError, ShapeError
 
@@ -108,6 +108,7 @@ def matvec(
     threads: Optional[int] = None,
     precision: Optional[str] = None,
     isa: str = "auto",
+    ggml_metal: Optional[str] = None,
 ) -> np.ndarray:
     """``dequantize(weight) @ x`` for a weight matrix of ggml type ``dtype`` and f32 ``x``.
 
@@ -141,6 +142,14 @@ def matvec(
     "avx512", "amx"; "auto": the one ggml compiles natively on this CPU); a build lmtail does not
     reproduce for that type raises UnsupportedError.
 
+    ``precision="ggml"`` on ``backend="metal"`` / ``"metal-emu"`` dispatches llama.cpp's own
+    ``kernel_mul_mv_<type>_f32`` (its argument struct, function constants and launch geometry) from
+    the library ``ggml_metal`` names: a llama.cpp ``.metallib`` on ``metal``, llama.cpp's
+    ``ggml/src/ggml-metal`` source directory on ``metal-emu`` (translated and compiled at first use,
+    cached). Supported is the llama.cpp of llama-cpp-python 0.3.36; anything else raises
+    UnsupportedError. Bytes: those of llama.cpp's Metal kernel (under metal-emu: with the
+    emulator's lane-order simd_sum, within ggml's Metal-vs-CPU tolerance of the CPU).
+
     Errors: a name or id that is not a ggml type: :class:`lmtail.ParameterError`; a ggml type
     (or precision) this backend does not run: :class:`lmtail.UnsupportedError` naming the
     backends that do; a wrong array dtype or non-contiguous rows: :class:`lmtail.DTypeError`;
@@ -149,6 +158,18 @@ def matvec(
     t = _backend.weight_type(dtype, backend, "matvec")
     r = _backend.row(backend)
     impl = _backend.get(backend)
+    if precision == "ggml" and backend in _ggml_metal.BACKENDS and ggml_metal is not None:
+        lib = _ggml_metal.library_path(backend, impl, ggml_metal)
+        w, rows, cols = weight_array(weight, t, "weight")
+        x = float32_array(x, "x")
+        if x.shape[-1] != cols:
+            raise ShapeError(f"x: expected rows of length {cols} (the {t.name} weight's cols); found {x.shape}")
+        x2 = np.ascontiguousarray(x.reshape(-1, cols))
+        out = np.empty((x2.shape[0], rows), dtype=np.float32)
+        impl.ggml_matvec(lib, w, t.id, cols, x2, out)
+        return out[0] if x.ndim == 1 else out
+    if ggml_metal is not None:
+        raise ParameterError("ggml_metal= names llama.cpp's library for precision='ggml' on backend 'metal' or 'metal-emu'")
     prec = _backend.precision(precision, t, backend)
     w, rows, cols = weight_array(weight, t, "weight")
     if backend == "cuda" and is_cuda_tensor(x):
@@ -212,17 +233,28 @@ def softcap(
     out: Optional[np.ndarray] = None,
     threads: Optional[int] = None,
     backend: str = "cpu",
+    precision: Optional[str] = None,
+    ggml_metal: Optional[str] = None,
 ) -> np.ndarray:
     """``cap * tanh(x * scale / cap)``, or ``x * scale`` when ``cap <= 0``.
 
     ``four_pass=True`` runs the four barrier-separated nodes (x*s, x*(1/cap), tanh, x*cap);
     ``False`` the fused single pass. Identical bytes on the CPU.
+
+    ``precision="ggml"`` on ``backend="metal"`` / ``"metal-emu"`` runs the four nodes as
+    llama.cpp's own ``kernel_unary_f32_f32[_4]`` (scale / tanh by function constant) from the
+    library ``ggml_metal`` names (see :func:`matvec`), with a resource barrier between nodes.
     """
     impl = _backend.require_op("softcap", backend)
     x = float32_array(x, "x")
     s = finite_float(scale, "scale")
     c = finite_float(cap, "cap")
     y = _out_like(x, out)
+    if precision == "ggml" and backend in _ggml_metal.BACKENDS:
+        impl.ggml_softcap(_ggml_metal.library_path(backend, impl, ggml_metal), y, s, c)
+        return y
+    if precision is not None or ggml_metal is not None:
+        raise ParameterError("softcap: precision='ggml' with ggml_metal= is the llama.cpp-kernel route of 'metal'/'metal-emu'")
     impl.softcap(y, s, c, bool(four_pass), threads_arg(threads))
     return y
 

@@ -11,15 +11,21 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <type_traits>
 
-#include "emu/runtime.hpp"
+#include <string>
+
+#include "emu/lane_abi.hpp"
+#if !defined(LMT_MSL_FOREIGN)  // lmtail's own kernels; a foreign library (llama.cpp's) brings its own
 #include "lmtail/kernel_abi.h"
+#endif
 
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #pragma GCC diagnostic ignored "-Wunused-variable"
 #pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #endif
 
 #ifndef MAXFLOAT
@@ -46,6 +52,11 @@ typedef unsigned short ushort;
 typedef unsigned char uchar;
 typedef unsigned long ulong;
 
+#if defined(LMT_MSL_FOREIGN)
+// A foreign library (llama.cpp's block structs put halves in anonymous unions, and mixes half
+// and float in ?:) needs half as an arithmetic type: the compiler's _Float16.
+typedef _Float16 half;
+#else
 // ---- half: IEEE binary16 storage, float arithmetic (rounded back on assignment) ----
 struct half {
     uint16_t bits = 0;
@@ -92,6 +103,25 @@ struct half {
         return (uint16_t)(sign | (m >> 13));
     }
 };
+#endif
+
+// ---- bfloat: bfloat16 storage, float arithmetic, round to nearest even ----
+struct bfloat {
+    uint16_t bits = 0;
+    bfloat() = default;
+    bfloat(float f) {
+        uint32_t x;
+        std::memcpy(&x, &f, 4);
+        if ((x & 0x7FFFFFFFu) > 0x7F800000u) bits = (uint16_t)((x >> 16) | 0x40u);  // quiet NaN
+        else bits = (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+    }
+    operator float() const {
+        const uint32_t x = (uint32_t)bits << 16;
+        float f;
+        std::memcpy(&f, &x, 4);
+        return f;
+    }
+};
 
 // ---- vectors (element-wise arithmetic; no swizzles) ----
 template <class T, int N>
@@ -130,6 +160,14 @@ struct alignas(sizeof(T) * 4) vec<T, 4> {
     const T &operator[](int i) const { return (&x)[i]; }
 };
 
+template <class S>
+struct is_vec : std::false_type {};
+template <class T, int N>
+struct is_vec<vec<T, N>> : std::true_type {};
+// A scalar operand of a vector op (MSL converts it to the element type).
+template <class S, class T>
+using scalar_for = std::enable_if_t<!is_vec<S>::value && std::is_convertible_v<S, T>, int>;
+
 #define LMT_MSL_VEC_OP(op)                                                              \
     template <class T, int N>                                                           \
     vec<T, N> operator op(const vec<T, N> &a, const vec<T, N> &b) {                     \
@@ -137,22 +175,22 @@ struct alignas(sizeof(T) * 4) vec<T, 4> {
         for (int i = 0; i < N; ++i) r[i] = a[i] op b[i];                                \
         return r;                                                                       \
     }                                                                                   \
-    template <class T, int N>                                                           \
-    vec<T, N> operator op(const vec<T, N> &a, T b) {                                    \
+    template <class T, int N, class S, scalar_for<S, T> = 0>                            \
+    vec<T, N> operator op(const vec<T, N> &a, S b) {                                    \
         vec<T, N> r;                                                                    \
-        for (int i = 0; i < N; ++i) r[i] = a[i] op b;                                   \
+        for (int i = 0; i < N; ++i) r[i] = a[i] op T(b);                                \
         return r;                                                                       \
     }                                                                                   \
-    template <class T, int N>                                                           \
-    vec<T, N> operator op(T a, const vec<T, N> &b) {                                    \
+    template <class T, int N, class S, scalar_for<S, T> = 0>                            \
+    vec<T, N> operator op(S a, const vec<T, N> &b) {                                    \
         vec<T, N> r;                                                                    \
-        for (int i = 0; i < N; ++i) r[i] = a op b[i];                                   \
+        for (int i = 0; i < N; ++i) r[i] = T(a) op b[i];                                \
         return r;                                                                       \
     }                                                                                   \
     template <class T, int N>                                                           \
     vec<T, N> &operator op##=(vec<T, N> &a, const vec<T, N> &b) { return a = a op b; }  \
-    template <class T, int N>                                                           \
-    vec<T, N> &operator op##=(vec<T, N> &a, T b) { return a = a op b; }
+    template <class T, int N, class S, scalar_for<S, T> = 0>                            \
+    vec<T, N> &operator op##=(vec<T, N> &a, S b) { return a = a op T(b); }
 LMT_MSL_VEC_OP(+)
 LMT_MSL_VEC_OP(-)
 LMT_MSL_VEC_OP(*)
@@ -163,18 +201,63 @@ LMT_MSL_VEC_OP(^)
 LMT_MSL_VEC_OP(<<)
 LMT_MSL_VEC_OP(>>)
 #undef LMT_MSL_VEC_OP
+#define LMT_MSL_VEC_CMP(op)                                                             \
+    template <class T, int N>                                                           \
+    vec<bool, N> operator op(const vec<T, N> &a, const vec<T, N> &b) {                  \
+        vec<bool, N> r;                                                                 \
+        for (int i = 0; i < N; ++i) r[i] = a[i] op b[i];                                \
+        return r;                                                                       \
+    }                                                                                   \
+    template <class T, int N, class S, scalar_for<S, T> = 0>                            \
+    vec<bool, N> operator op(const vec<T, N> &a, S b) {                                 \
+        vec<bool, N> r;                                                                 \
+        for (int i = 0; i < N; ++i) r[i] = a[i] op T(b);                                \
+        return r;                                                                       \
+    }
+LMT_MSL_VEC_CMP(<)
+LMT_MSL_VEC_CMP(>)
+LMT_MSL_VEC_CMP(<=)
+LMT_MSL_VEC_CMP(>=)
+#undef LMT_MSL_VEC_CMP
+template <class T, int N>
+vec<T, N> operator-(const vec<T, N> &a) {
+    vec<T, N> r;
+    for (int i = 0; i < N; ++i) r[i] = T(-a[i]);
+    return r;
+}
 
-typedef vec<float, 2> float2;
-typedef vec<float, 3> float3;
-typedef vec<float, 4> float4;
-typedef vec<uint, 2> uint2;
-typedef vec<uint, 3> uint3;
-typedef vec<uint, 4> uint4;
-typedef vec<int, 2> int2;
-typedef vec<int, 4> int4;
-typedef vec<ushort, 2> ushort2;
-typedef vec<ushort, 4> ushort4;
-typedef vec<uchar, 4> uchar4;
+#define LMT_MSL_VEC_TYPES(t)      \
+    typedef vec<t, 2> t##2;       \
+    typedef vec<t, 3> t##3;       \
+    typedef vec<t, 4> t##4;
+LMT_MSL_VEC_TYPES(float)
+LMT_MSL_VEC_TYPES(half)
+LMT_MSL_VEC_TYPES(bfloat)
+LMT_MSL_VEC_TYPES(int)
+LMT_MSL_VEC_TYPES(uint)
+LMT_MSL_VEC_TYPES(short)
+LMT_MSL_VEC_TYPES(ushort)
+LMT_MSL_VEC_TYPES(char)
+LMT_MSL_VEC_TYPES(uchar)
+LMT_MSL_VEC_TYPES(bool)
+#undef LMT_MSL_VEC_TYPES
+// packed_* of 1- and 2-byte elements have the layout of the plain vectors here
+typedef vec<char, 4> packed_char4;
+typedef vec<uchar, 4> packed_uchar4;
+typedef vec<short, 4> packed_short4;
+typedef vec<ushort, 4> packed_ushort4;
+
+// ---- matrices: C columns of R-vectors (m[i] is column i) ----
+template <class T, int C, int R = C>
+struct matrix {
+    vec<T, R> cols[C];
+    vec<T, R> &operator[](int i) { return cols[i]; }
+    const vec<T, R> &operator[](int i) const { return cols[i]; }
+};
+typedef matrix<float, 4, 4> float4x4;
+typedef matrix<float, 2, 4> float2x4;
+typedef matrix<half, 4, 4> half4x4;
+typedef matrix<half, 2, 4> half2x4;
 
 // ---- as_type ----
 template <class To, class From>
@@ -214,17 +297,74 @@ template <class T>
 inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
 template <class T>
 inline T select(T a, T b, bool c) { return c ? b : a; }
-inline float4 tanh(float4 v) { return float4(tanh(v.x), tanh(v.y), tanh(v.z), tanh(v.w)); }
+inline float sin(float x) { return std::sin(x); }
+inline float cos(float x) { return std::cos(x); }
+inline float ceil(float x) { return std::ceil(x); }
+inline float round(float x) { return std::round(x); }
+inline float trunc(float x) { return std::trunc(x); }
+inline float log2(float x) { return std::log2(x); }
+inline float exp2(float x) { return std::exp2(x); }
+inline float pow(float x, float y) { return std::pow(x, y); }
+inline float sign(float x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : (x == x ? x : 0.0f); }
+#define LMT_MSL_VEC_FN1(fn)                                \
+    template <class T, int N>                              \
+    inline vec<T, N> fn(const vec<T, N> &a) {              \
+        vec<T, N> r;                                       \
+        for (int i = 0; i < N; ++i) r[i] = T(fn(a[i]));    \
+        return r;                                          \
+    }
+LMT_MSL_VEC_FN1(sqrt)
+LMT_MSL_VEC_FN1(fabs)
+LMT_MSL_VEC_FN1(abs)
+LMT_MSL_VEC_FN1(exp)
+LMT_MSL_VEC_FN1(log)
+LMT_MSL_VEC_FN1(tanh)
+LMT_MSL_VEC_FN1(floor)
+LMT_MSL_VEC_FN1(sin)
+LMT_MSL_VEC_FN1(cos)
+LMT_MSL_VEC_FN1(ceil)
+LMT_MSL_VEC_FN1(round)
+LMT_MSL_VEC_FN1(trunc)
+LMT_MSL_VEC_FN1(sign)
+#undef LMT_MSL_VEC_FN1
+#define LMT_MSL_VEC_FN2(fn)                                                     \
+    template <class T, int N>                                                   \
+    inline vec<T, N> fn(const vec<T, N> &a, const vec<T, N> &b) {               \
+        vec<T, N> r;                                                            \
+        for (int i = 0; i < N; ++i) r[i] = T(fn(a[i], b[i]));                   \
+        return r;                                                               \
+    }                                                                           \
+    template <class T, int N, class S, scalar_for<S, T> = 0>                    \
+    inline vec<T, N> fn(const vec<T, N> &a, S b) { return fn(a, vec<T, N>(T(b))); } \
+    template <class T, int N, class S, scalar_for<S, T> = 0>                    \
+    inline vec<T, N> fn(S a, const vec<T, N> &b) { return fn(vec<T, N>(T(a)), b); }
+LMT_MSL_VEC_FN2(fmax)
+LMT_MSL_VEC_FN2(fmin)
+#undef LMT_MSL_VEC_FN2
+template <class T, int N, class S>
+inline vec<T, N> clamp(const vec<T, N> &x, S lo, S hi) { return fmin(fmax(x, lo), hi); }
+template <class T, int N>
+inline vec<T, N> select(const vec<T, N> &a, const vec<T, N> &b, const vec<bool, N> &c) {
+    vec<T, N> r;
+    for (int i = 0; i < N; ++i) r[i] = c[i] ? b[i] : a[i];
+    return r;
+}
 inline float dot(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 namespace precise {
 using metal::tanh;
 using metal::sqrt;
 using metal::exp;
+using metal::sin;
+using metal::cos;
+using metal::log;
 }  // namespace precise
 namespace fast {
 using metal::tanh;
 using metal::sqrt;
 using metal::exp;
+using metal::sin;
+using metal::cos;
+using metal::log;
 }  // namespace fast
 
 // ---- synchronisation ----
@@ -327,10 +467,10 @@ template <class T>
 inline T builtin(const ::lmt::emu::Dim3 &d) {
     if constexpr (std::is_integral_v<T>) {
         return (T)d.x;
-    } else if constexpr (sizeof(T) == 2 * sizeof(d.x) || std::is_same_v<T, metal::uint2>) {
-        return T((decltype(T{}.x))d.x, (decltype(T{}.x))d.y);
     } else {
-        return T((decltype(T{}.x))d.x, (decltype(T{}.x))d.y, (decltype(T{}.x))d.z);
+        using E = decltype(T{}.x);
+        if constexpr (sizeof(T) == 2 * sizeof(E)) return T((E)d.x, (E)d.y);
+        else return T((E)d.x, (E)d.y, (E)d.z);
     }
 }
 template <class T>
@@ -353,6 +493,33 @@ inline const T &buffer_ref(const ::lmt::emu::Bindings &b, int index, const char 
                                  " needed");
     return *p;
 }
+// The i-th parameter type of a kernel function (run-time libraries bind by the function's type,
+// so template kernels need no parsing of their parameter types).
+template <class F>
+struct fn_args;
+template <class R, class... A>
+struct fn_args<R (*)(A...)> {
+    template <size_t I>
+    using at = std::tuple_element_t<I, std::tuple<A...>>;
+};
+template <class A>
+inline A bind_buffer(const ::lmt::emu::Bindings &b, int index, const char *kernel, const char *name) {
+    if constexpr (std::is_reference_v<A>) return buffer_ref<std::remove_cv_t<std::remove_reference_t<A>>>(b, index, kernel, name);
+    else return buffer_ptr<A>(b, index, kernel, name);
+}
+// A [[threadgroup(n)]] parameter: the length the host set with setThreadgroupMemoryLength.
+template <class A>
+inline A bind_threadgroup(const ::lmt::emu::Bindings &b, int index, const char *key) {
+    if (!b.tg_len[index]) return nullptr;
+    return (A)::lmt::emu::tg_alloc(key, b.tg_len[index], 16);
+}
+template <class T>
+inline T function_constant(int index) {
+    T v;
+    std::memcpy((void *)&v, ::lmt::emu::function_constant(index, sizeof(T)), sizeof(T));
+    return v;
+}
+
 // Threadgroup storage declared inside a kernel (rewritten by the generator).
 template <class T, size_t N>
 inline T (&tg_array(const char *key))[N] {

@@ -10,6 +10,8 @@
 //   owned buffers end flush against an inaccessible page.
 // * newLibrary(path) returns the kernels compiled into this binary from metal/*.metal; the
 //   path is recorded, not read.
+// * newLibrary(path) of a shared object (`.so`) loads a library translated at run time (llama.cpp's
+//   kernels: python/lmtail/_ggml_metal.py) and offers exactly its kernels; it stays loaded.
 // * newLibrary(source, options) (the development fallback of the host code) offers exactly the
 //   kernels whose `kernel void NAME(` the source text declares, and fails as Metal would on an
 //   include it cannot resolve (anything but <metal_stdlib>-style system headers) and, by
@@ -27,6 +29,8 @@
 
 namespace lmt::emu {
 struct KernelInfo;
+struct FcValue;
+struct FcDecl;
 }
 
 namespace MTL {
@@ -80,18 +84,50 @@ class Buffer : public Resource {
     uint64_t id_ = 0;
 };
 
+enum DataType : NS::UInteger {
+    DataTypeFloat = 3,
+    DataTypeHalf = 16,
+    DataTypeInt = 29,
+    DataTypeUInt = 33,
+    DataTypeShort = 37,
+    DataTypeUShort = 41,
+    DataTypeChar = 45,
+    DataTypeUChar = 49,
+    DataTypeBool = 53,
+};
+
+// Values of function constants by index (`[[function_constant(n)]]`), given to newFunction.
+class FunctionConstantValues : public NS::Referencing<FunctionConstantValues> {
+  public:
+    static FunctionConstantValues *alloc() { return new FunctionConstantValues(); }
+    FunctionConstantValues *init() { return this; }
+    void setConstantValue(const void *value, DataType type, NS::UInteger index);
+    ~FunctionConstantValues() override;
+    std::vector<lmt::emu::FcValue> *values_ = nullptr;  // emulator internals
+};
+
 class Function : public NS::Referencing<Function> {
   public:
     NS::String *name() const;
+    ~Function() override;
     const lmt::emu::KernelInfo *info_ = nullptr;
+    std::vector<lmt::emu::FcValue> *fc_ = nullptr;
 };
 
 class Library : public NS::Referencing<Library> {
   public:
     Function *newFunction(const NS::String *name);
+    // Specialised by function constants. The emulator fails (nil + error) on a constant index the
+    // library does not declare, so a library of another llama.cpp version is caught here.
+    Function *newFunction(const NS::String *name, const FunctionConstantValues *values, NS::Error **error);
     std::string path_;
     bool from_source_ = false;
     std::vector<std::string> declared_;  // from_source_: the kernels the source declares
+    // a run-time library (.so): its own kernels and declared function constants
+    const lmt::emu::KernelInfo *const *kernels_ = nullptr;
+    int n_kernels_ = 0;
+    const lmt::emu::FcDecl *fcs_ = nullptr;
+    int n_fcs_ = 0;
 };
 
 enum LanguageVersion : NS::UInteger { LanguageVersion3_0 = (3 << 16) + 0, LanguageVersion3_1 = (3 << 16) + 1 };
@@ -115,7 +151,9 @@ class ComputePipelineState : public NS::Referencing<ComputePipelineState> {
     NS::UInteger maxTotalThreadsPerThreadgroup() const;
     NS::UInteger threadExecutionWidth() const;
     NS::UInteger staticThreadgroupMemoryLength() const { return 0; }
+    ~ComputePipelineState() override;
     const lmt::emu::KernelInfo *info_ = nullptr;
+    std::vector<lmt::emu::FcValue> *fc_ = nullptr;
 };
 
 struct EmuCommand;
@@ -124,6 +162,7 @@ class ComputeCommandEncoder : public NS::Referencing<ComputeCommandEncoder> {
     void setComputePipelineState(const ComputePipelineState *p);
     void setBuffer(const Buffer *b, NS::UInteger offset, NS::UInteger index);
     void setBytes(const void *bytes, NS::UInteger length, NS::UInteger index);
+    void setThreadgroupMemoryLength(NS::UInteger length, NS::UInteger index);
     void dispatchThreadgroups(Size groups, Size threads_per_group);
     void memoryBarrier(BarrierScope scope);
     void memoryBarrier(const Resource *const resources[], NS::UInteger count);
