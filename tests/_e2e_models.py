@@ -303,7 +303,8 @@ def amx_tile_crash(path: Path) -> str | None:
     import gguf
 
     for t in gguf.GGUFReader(str(path)).tensors:
-        if len(t.shape) == 2 and G.amx_takes(int(t.tensor_type), int(t.shape[1]), int(t.shape[0])):
+        tid = int(t.tensor_type)
+        if len(t.shape) == 2 and tid in G.AMX_TILE_TYPES and G.amx_takes(tid, int(t.shape[1]), int(t.shape[0])):
             return f"{t.name} ({t.tensor_type.name}) goes to the AMX buffer; {why}"
     return None
 

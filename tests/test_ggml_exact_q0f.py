@@ -8,7 +8,7 @@ with rows % 8 == 0, a plain CPU buffer otherwise. The whole
 sgemm at T = 2, from the repack gemv to its gemm at T = 4), with 1 and 2 threads on both sides.
 Each type's row lists the ggml builds it reproduces (``ggml_builds``): Q8_0 and Q4_0 the x86 AVX2
 and AVX-512 builds (the same bytes), the float types both (the AVX-512 build's 16-lane sums have
-their own emulation; F16 not on an AVX512_FP16 CPU, BF16 only on an AVX512_BF16 CPU: vdpbf16ps). The comparisons ask lmtail for the oracle's build and skip with the reason where the
+their own emulation; BF16 only on an AVX512_BF16 CPU: vdpbf16ps). The comparisons ask lmtail for the oracle's build and skip with the reason where the
 oracle is a build the type does not reproduce or "ggml" is not offered for it on this CPU.
 """
 
@@ -75,7 +75,7 @@ def bits(a):
 
 
 def oracle(G, q, dtype, cols, x, threads):
-    if dtype not in ("Q4_0", "Q8_0"):  # the float weights stay in a plain buffer (as llama.cpp's here)
+    if dtype not in ("Q4_0", "Q8_0", "F16"):  # F32 / BF16 stay in a plain buffer (as llama.cpp's)
         with G.MatMul(q, TYPE_ID[dtype], cols, x.shape[0]) as mm:
             return mm.run(x, threads)
     y, placement = G.mul_mat_llama(q, TYPE_ID[dtype], cols, x, threads)
@@ -322,13 +322,12 @@ def _cpu_flag(flag):
 @needs_x86
 def test_reproduced_builds():
     """Q8_0 / Q4_0: ggml's AVX-512 build gives the AVX2 build's bytes (its 512-bit and VNNI code
-    changes exact integer sums only); the float types have an emulation of its 16-lane sums, F16
-    not on an AVX512_FP16 CPU (its native build sums in fp16), BF16 only on an AVX512_BF16 CPU
+    changes exact integer sums only); the float types have an emulation of its 16-lane sums (F16's
+    AVX512_FP16 build still accumulates in f32: the same bytes), BF16 only on an AVX512_BF16 CPU
     (vdpbf16ps; the AVX512F-only variant is not verified)."""
     both = ["avx2", "avx512", "amx"]  # AMX: F32 / BF16 never go to its buffer (its AVX-512 bytes)
-    f16 = ["avx2"] if _cpu_flag("avx512_fp16") else ["avx2", "avx512"]
     bf16 = both if _cpu_flag("avx512_bf16") else ["avx2"]
-    assert BUILDS == {"F32": both, "F16": f16, "Q4_0": both, "Q8_0": both, "BF16": bf16}
+    assert BUILDS == {"F32": both, "F16": both, "Q4_0": both, "Q8_0": both, "BF16": bf16}
 
 
 @needs_x86

@@ -174,8 +174,9 @@ def extra_buffer_type(name: str) -> Optional[int]:
 
 
 # The weights llama.cpp puts in the AMX buffer (ggml-cpu/amx/amx.cpp supports_op): a type with
-# AMX kernels (qtype_has_amx_kernels; the ones lmtail runs) and its block alignment, rows % 32.
-AMX_TYPES = {2: 32, 8: 32, 12: 256, 13: 256, 14: 256}  # Q4_0, Q8_0, Q4_K, Q5_K, Q6_K
+# AMX kernels (qtype_has_amx_kernels; the ones lmtail runs) or F16, its alignment, rows % 32.
+AMX_TYPES = {1: 16, 2: 32, 8: 32, 12: 256, 13: 256, 14: 256}  # F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K
+AMX_TILE_TYPES = {2, 8, 12, 13, 14}  # F16 runs an AVX-512 kernel there, no tiles
 
 
 def amx_takes(type_id: int, rows: int, cols: int) -> bool:
@@ -559,7 +560,7 @@ class MatMul:
         if repack and amx_takes(self.type_id, self.rows, self.cols):
             import os
 
-            if self.T > 1 and not os.environ.get("LMTAIL_ORACLE_AMX_PROBE"):
+            if self.T > 1 and self.type_id in AMX_TILE_TYPES and not os.environ.get("LMTAIL_ORACLE_AMX_PROBE"):
                 why = amx_tiles_broken()
                 if why:
                     self.g.close()
@@ -653,7 +654,8 @@ def mul_mat_llama(w: np.ndarray, type_id: int, cols: int, x, threads: int = 1) -
         with MatMul(w, type_id, cols, x.shape[0], repack=True) as mm:
             return mm.run(x, threads), mm.placement
     except OracleUnavailable:
-        if not (x.shape[0] > 1 and amx_takes(type_id, w.shape[0], cols) and amx_tiles_broken()):
+        if not (x.shape[0] > 1 and type_id in AMX_TILE_TYPES and amx_takes(type_id, w.shape[0], cols)
+                and amx_tiles_broken()):
             raise
         rows = [mul_mat_llama(w, type_id, cols, x[t : t + 1], threads)[0] for t in range(x.shape[0])]
         return np.concatenate(rows, axis=0), "AMX"

@@ -26,7 +26,7 @@
 //   (a0 + a2) + (a1 + a3), reduce16, then the leftovers: F32 in f32, s = s + round(w * x) for
 //   the first 8 * floor((cols - np) / 8) and s = fma(w, x, s) for the rest (the oracle's GCC 12
 //   vectorised the leftover loop by 16 and 8 without contraction); F16 in double as above.
-// F16's AVX-512 build is the one without AVX512_FP16 (which would sum in fp16: not reproduced).
+// F16's AVX-512 build with AVX512_FP16 gives the same bytes (its dot products accumulate in f32).
 // BF16's AVX-512 build is the one with AVX512_BF16 (vdpbf16ps; the AVX512F-only variant is not
 // verified, so not claimed): lane j of a 16-lane accumulator takes the bf16 pair (2j, 2j + 1) of
 // each 32-element step as acc = (acc + w[2j+1] x[2j+1]) + w[2j] x[2j] with the instruction's

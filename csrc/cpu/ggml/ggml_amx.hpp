@@ -12,6 +12,7 @@
 // bytes: the VNNI gemv at T = 1 (fnmadd is fma of the negated product) and the AMX tile gemm at
 // T > 1 (integer tiles, then the same per-block float update), so unlike the AVX-512 build this
 // build is batch invariant. No value depends on the thread count (one accumulator per output).
+// F16 weights (cols % 16 == 0) go to the buffer too, to an AVX-512 kernel on f32 x (ggml_amx_avx2.cpp).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@
 namespace lmt::cpu {
 
 // True where llama.cpp puts this weight in the AMX buffer (its supports_op: a type with AMX
-// kernels, rows % 32 == 0, cols a multiple of the type's block).
+// kernels or F16, rows % 32 == 0, cols a multiple of the type's block; F16: of 16).
 bool ggml_amx_takes(WeightType type, int64_t rows, int64_t cols);
 
 // The AMX build's logits for a weight ggml_amx_takes (x86 builds: AVX2 + F16C code).

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu/ggml/float_ggml_x86.hpp"
 #include "cpu/ggml/kquant_ggml_x86.hpp"
 #include "cpu/ggml/q0f_ggml_x86.hpp"
 #include "cpu/ggml/q8_k.hpp"
@@ -163,6 +164,26 @@ void k_matvec(const MatvecCall &c) {
     });
 }
 
+// F16: the buffer's AVX-512 "tinygemm" (amx/mmq.cpp; F16 has no tile kernel). x stays f32 (no
+// f16 rounding, unlike vec_dot), one 16-lane accumulator per (row, t) over cols in steps of 16,
+// acc = fma(x, w, acc), then _mm512_reduce_add_ps (GCC's order: reduce16).
+void f16_matvec(const MatvecCall &c) {
+    using ggml_x86::F16W;
+    for_row_tasks(c.n_threads, c.rows, 32, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const uint8_t *row = c.w + (size_t)r * c.row_stride;
+            for (int64_t t = 0; t < c.T; ++t) {
+                const float *x = c.x + t * c.cols;
+                ggml_x86::V16 a = ggml_x86::v16_zero();
+                for (int64_t i = 0; i < c.cols; i += 16)
+                    a = {_mm256_fmadd_ps(_mm256_loadu_ps(x + i), F16W::load8(row, i), a.lo),
+                         _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), F16W::load8(row, i + 8), a.hi)};
+                c.logits[t * c.rows + r] = ggml_x86::reduce16(a);
+            }
+        }
+    });
+}
+
 }  // namespace
 
 bool ggml_amx_takes(WeightType type, int64_t rows, int64_t cols) {
@@ -175,6 +196,8 @@ bool ggml_amx_takes(WeightType type, int64_t rows, int64_t cols) {
         case WeightType::Q5_K:
         case WeightType::Q6_K:
             return cols % 256 == 0;
+        case WeightType::F16:  // amx.cpp: alignment 16, its AVX-512 tinygemm (no tiles)
+            return cols % 16 == 0;
         default:
             return false;
     }
@@ -187,6 +210,7 @@ void ggml_amx_matvec(WeightType type, const MatvecCall &c) {
         case WeightType::Q4_K: return k_matvec<WeightType::Q4_K>(c);
         case WeightType::Q5_K: return k_matvec<WeightType::Q5_K>(c);
         case WeightType::Q6_K: return k_matvec<WeightType::Q6_K>(c);
+        case WeightType::F16: return f16_matvec(c);
         default: break;
     }
     throw UnsupportedError("ggml_amx_matvec: this weight type has no AMX kernels in ggml");

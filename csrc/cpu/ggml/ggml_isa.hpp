@@ -78,26 +78,22 @@ constexpr uint32_t ggml_build_bit(Isa build) { return 1u << (int)build; }
 //   VNNI code changes only exact integer sums, and every float is formed in the same order.
 //   ggml's AVX-512 builds without VNNI take the AVX2 integer code, so they agree too.
 // * F32, F16: the AVX-512 build sums 16 lanes (vec_dot's GGML_F32_STEP 64, tinyBLAS<16, __m512>);
-//   its own emulation (cpu/ggml/float_ggml_x86.hpp, 16 lanes as two AVX2 halves). F16's AVX-512
-//   build on a CPU with AVX512_FP16 sums in fp16 instead: not reproduced, so there the F16 row
-//   lists the AVX2 build only.
+//   its own emulation (cpu/ggml/float_ggml_x86.hpp, 16 lanes as two AVX2 halves). With
+//   AVX512_FP16 ggml's F16 vec_dot still accumulates in f32 (its GGML_F16_DOT_* macros: the same
+//   16-lane sums) and tinyBLAS is the same: verified SHA-equal on an AVX512_FP16 + AMX Xeon.
 // * BF16: the AVX-512 build with AVX512_BF16 sums bf16 pairs by vdpbf16ps (emulated, DAZ / FTZ
 //   included); on an AVX-512 CPU without AVX512_BF16 ggml's BF16 code is another (unverified)
 //   variant, so there the BF16 row lists the AVX2 build only.
 // * The AMX build (Isa::Amx: AVX-512 plus the AMX buffer, ggml_amx.hpp): the weights it takes
 //   (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K with rows % 32 == 0) run its own kernels, emulated by
-//   ggml_amx_matvec; every other weight (F32, BF16, other shapes) runs as in the AVX-512 build.
-//   F16 goes to its AVX-512 float kernel there, which is not reproduced (AMX CPUs all have
-//   AVX512_FP16, so the F16 row lists the AVX2 build only anyway).
+//   ggml_amx_matvec, and so do F16 weights (rows % 32 == 0, cols % 16 == 0: the buffer's
+//   AVX-512 kernel on f32 x); every other weight (F32, BF16, other shapes) runs as in the
+//   AVX-512 build.
 #if defined(LMTAIL_HAVE_X86)
 constexpr uint32_t kGgmlBuildsInt = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512) | ggml_build_bit(Isa::Amx);
 constexpr uint32_t kGgmlBuildsF32 = ggml_build_bit(Isa::Avx2) | ggml_build_bit(Isa::Avx512) | ggml_build_bit(Isa::Amx);
-// Read once when the F16 / BF16 rows are initialised (dynamic initialisers, before any call):
-// which AVX-512 variant a native ggml build here is decides whether it is the one reproduced.
-inline uint32_t ggml_builds_f16() {
-    __builtin_cpu_init();
-    return cpuid7_edx(23) /* AVX512_FP16 */ ? ggml_build_bit(Isa::Avx2) : kGgmlBuildsF32 & ~ggml_build_bit(Isa::Amx);
-}
+// Read once when the BF16 row is initialised (a dynamic initialiser, before any call): which
+// AVX-512 variant a native ggml build here is decides whether it is the one reproduced.
 inline uint32_t ggml_builds_bf16() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16") ? kGgmlBuildsF32 : ggml_build_bit(Isa::Avx2);
@@ -105,7 +101,6 @@ inline uint32_t ggml_builds_bf16() {
 #else
 constexpr uint32_t kGgmlBuildsInt = 0;
 constexpr uint32_t kGgmlBuildsF32 = 0;
-inline uint32_t ggml_builds_f16() { return 0; }
 inline uint32_t ggml_builds_bf16() { return 0; }
 #endif
 

@@ -16,8 +16,8 @@ namespace lmt::cpu {
 // Why the builds outside a row's ggml_builds are refused (the error names it).
 constexpr const char *kGgmlQ0NotReproduced = "ggml's NEON and scalar builds use other dot products";
 constexpr const char *kGgmlFloatNotReproduced =
-    "F16's AVX-512 build on an AVX512_FP16 CPU sums in fp16, BF16's on an AVX-512 CPU without AVX512_BF16 "
-    "takes unverified code; NEON and scalar builds use other orders";
+    "BF16's AVX-512 build on a CPU without AVX512_BF16 takes unverified code; NEON and scalar builds use "
+    "other orders";
 
 #if defined(LMTAIL_HAVE_X86)
 

@@ -6,7 +6,7 @@
 namespace lmt::cpu {
 namespace {
 
-const uint32_t kF16Builds = ggml_builds_f16();  // the ggml builds F16 reproduces on this CPU
+const uint32_t kF16Builds = kGgmlBuildsF32;  // the ggml builds F16 reproduces (F32's)
 
 void f16_matvec(const MatvecCall &c) {
     if (ggml_q0f_dispatch(c, LMT_Q0F_GGML(f16_matvec_ggml_avx2), "F16", kF16Builds)) return;
