@@ -169,16 +169,36 @@ void k_matvec(const MatvecCall &c) {
 // acc = fma(x, w, acc), then _mm512_reduce_add_ps (GCC's order: reduce16).
 void f16_matvec(const MatvecCall &c) {
     using ggml_x86::F16W;
+    using ggml_x86::V16;
+    // Up to 2 weight rows x 2 activation rows per pass: 8 independent accumulator halves (one
+    // output's chain is the same whatever shares the pass).
+    auto pass = [&](const uint8_t *const *w, int nr, const float *const *x, int nt, float *const *out) {
+        V16 a[2][2];
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 2; ++j) a[i][j] = ggml_x86::v16_zero();
+        for (int64_t k = 0; k < c.cols; k += 16) {
+            for (int i = 0; i < nr; ++i) {
+                const __m256 wl = F16W::load8(w[i], k), wh = F16W::load8(w[i], k + 8);
+                for (int j = 0; j < nt; ++j)
+                    a[i][j] = {_mm256_fmadd_ps(_mm256_loadu_ps(x[j] + k), wl, a[i][j].lo),
+                               _mm256_fmadd_ps(_mm256_loadu_ps(x[j] + k + 8), wh, a[i][j].hi)};
+            }
+        }
+        for (int i = 0; i < nr; ++i)
+            for (int j = 0; j < nt; ++j) out[i][j * c.rows] = ggml_x86::reduce16(a[i][j]);
+    };
     for_row_tasks(c.n_threads, c.rows, 32, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-            const uint8_t *row = c.w + (size_t)r * c.row_stride;
-            for (int64_t t = 0; t < c.T; ++t) {
-                const float *x = c.x + t * c.cols;
-                ggml_x86::V16 a = ggml_x86::v16_zero();
-                for (int64_t i = 0; i < c.cols; i += 16)
-                    a = {_mm256_fmadd_ps(_mm256_loadu_ps(x + i), F16W::load8(row, i), a.lo),
-                         _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), F16W::load8(row, i + 8), a.hi)};
-                c.logits[t * c.rows + r] = ggml_x86::reduce16(a);
+        for (int64_t r = r0; r < r1; r += 2) {
+            const int nr = r + 1 < r1 ? 2 : 1;
+            const uint8_t *w[2] = {c.w + (size_t)r * c.row_stride, c.w + (size_t)(r + nr - 1) * c.row_stride};
+            for (int64_t t = 0; t < c.T; t += 2) {
+                const int nt = t + 1 < c.T ? 2 : 1;
+                const float *x[2] = {c.x + t * c.cols, c.x + (t + nt - 1) * c.cols};
+                float *out[2] = {c.logits + t * c.rows + r, c.logits + t * c.rows + r + 1};
+                if (nr == 2 && nt == 2) pass(w, 2, x, 2, out);
+                else if (nr == 2) pass(w, 2, x, 1, out);
+                else if (nt == 2) pass(w, 1, x, 2, out);
+                else pass(w, 1, x, 1, out);
             }
         }
     });
