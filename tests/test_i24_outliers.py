@@ -205,3 +205,25 @@ def test_massive_activations_normwise(name, ratio):
     got = matvec(tid, q, cols, x).astype(np.float64)
     err = np.linalg.norm(got - want, axis=1) / np.linalg.norm(want, axis=1)
     assert err.max() <= 1e-6, err
+
+
+@pytest.mark.parametrize("name", list(TYPES))
+def test_outlier_rows_with_nonfinite_scales(name):
+    # Rows whose scale is inf / NaN take the scalar add-back in a SIMD group (f16 NaN payloads
+    # may differ between hardware and software conversion); every other logit keeps its bytes.
+    tid, ablk, wblk, bb = TYPES[name]
+    cols = 640 if ablk == 32 else 1024
+    rng = np.random.default_rng(14)
+    q = quantize(tid, rng.standard_normal((48, cols)) * 0.02)
+    for r, h in ((3, 0x7E00), (20, 0x7C00), (33, 0xFC00)):  # NaN, +inf, -inf d in the outlier's block
+        q[r, (7 // wblk) * bb : (7 // wblk) * bb + 2] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
+    x = batch(name, cols, seed=6)[:3]
+    ref = matvec(tid, q, cols, x, isa="scalar")
+    for isa in ("avx2", "avx512", "neon"):
+        if not _core.isa_available(isa):
+            continue
+        got = matvec(tid, q, cols, x, threads=2, isa=isa)
+        assert np.array_equal(np.isnan(got), np.isnan(ref)), isa
+        fin = ~np.isnan(ref)
+        assert np.array_equal(bits(got[fin]), bits(ref[fin])), isa
+        assert not np.isfinite(got[:, [3, 20, 33]][1]).any()  # row 1's outlier (column 7) meets them

@@ -136,26 +136,45 @@ inline void i24_split(const float *x, int64_t T, int64_t cols, int block, I24Spl
 
 // The canonical f32 weight (r's row bytes, column c) of a type: what its F32 kernel multiplies.
 using WeightAt = float (*)(const uint8_t *row, int64_t c);
+// The same for 16 consecutive rows (an ISA's gathers; q*_outliers_avx512.cpp): w16[l] for row
+// row0 + l * row_stride, or false (nothing written) where the rows need the scalar path.
+using Weights16 = bool (*)(const uint8_t *row0, size_t row_stride, int64_t c, float *w16);
 
 // Adds the outliers back into the I24 rows' logits out (n_int, rows) for weight rows [r0, r1)
 // (inside the row task, while its weights are in cache). A row with outliers is never one that
 // Q4_0 scales by a power of two (i24_row_outliers).
 inline void i24_add_outliers(const I24Split &s, WeightAt weight_at, const uint8_t *w, size_t row_stride, int64_t rows,
-                             int64_t r0, int64_t r1, float *out) {
+                             int64_t r0, int64_t r1, float *out, Weights16 weights16 = nullptr) {
     if (!s.any_outlier()) return;
     const int64_t ni = (int64_t)s.sel_int.size(), nu = (int64_t)s.ucol.size();
     thread_local std::vector<float> wv;
-    if ((int64_t)wv.size() < nu) wv.resize((size_t)nu);
-    for (int64_t r = r0; r < r1; ++r) {
-        const uint8_t *row = w + (size_t)r * row_stride;
-        for (int64_t u = 0; u < nu; ++u) wv[u] = weight_at(row, s.ucol[u]);
-        for (int64_t k = 0; k < ni; ++k) {
-            const int64_t j0 = s.start[k], j1 = s.start[k + 1];
-            if (j0 == j1) continue;
-            float acc = out[k * rows + r];
-            for (int64_t j = j0; j < j1; ++j) acc = std::fma(wv[s.uidx[j]], s.val[j], acc);
-            out[k * rows + r] = acc;
+    if ((int64_t)wv.size() < 16 * nu) wv.resize((size_t)(16 * nu));
+    auto add = [&](int64_t r, int lanes) {  // rows r .. r + lanes with wv[16 u + l]
+        for (int64_t k = 0; k < ni; ++k)
+            for (int64_t j = s.start[k]; j < s.start[k + 1]; ++j) {
+                const float v = s.val[j], *wu = &wv[16 * (size_t)s.uidx[j]];
+                float *o = out + k * rows + r;
+                for (int l = 0; l < lanes; ++l) o[l] = std::fma(wu[l], v, o[l]);
+            }
+    };
+    int64_t r = r0;
+    if (weights16 && row_stride < ((size_t)1 << 31) / 16) {
+        for (; r + 16 <= r1; r += 16) {
+            bool ok = true;
+            for (int64_t u = 0; u < nu && ok; ++u) ok = weights16(w + (size_t)r * row_stride, row_stride, s.ucol[u], &wv[16 * u]);
+            if (ok) {
+                add(r, 16);
+                continue;
+            }
+            for (int64_t q = r; q < r + 16; ++q) {
+                for (int64_t u = 0; u < nu; ++u) wv[16 * u] = weight_at(w + (size_t)q * row_stride, s.ucol[u]);
+                add(q, 1);
+            }
         }
+    }
+    for (; r < r1; ++r) {
+        for (int64_t u = 0; u < nu; ++u) wv[16 * u] = weight_at(w + (size_t)r * row_stride, s.ucol[u]);
+        add(r, 1);
     }
 }
 

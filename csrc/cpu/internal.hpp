@@ -281,6 +281,8 @@ struct MatvecI16Args {
 void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);
+// The I24 outlier add-back's weights of 16 rows (cpu/i24_outliers.hpp: Weights16).
+bool q5_k_weights16_avx512(const uint8_t *row0, size_t row_stride, int64_t c, float *w16);
 void matvec_q5_k_i16_neon(const MatvecI16Args &a, int64_t r0, int64_t r1);
 
 // Canonical 8-lane horizontal sum of the I16 path.

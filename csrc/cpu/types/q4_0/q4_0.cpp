@@ -251,6 +251,13 @@ float weight_at(const uint8_t *row, int64_t c) {
     std::memcpy(&dh, blk, 2);
     return (float)lmt_q4_0_q(blk + 2, (int)(c % kQK)) * f16_to_f32(dh);
 }
+Weights16 weights16(const MatvecCall &c) {
+#if defined(LMTAIL_HAVE_X86)
+    if (c.isa == Isa::Avx512) return weights16_avx512;
+#endif
+    (void)c;
+    return nullptr;
+}
 
 // I24Args::c1 of activation row t: per block b, each lane's -8 * (256 * sum a + sum r) over A_k
 // and B_k.
@@ -378,7 +385,7 @@ void run_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T, flo
     const I24Run s = setup_i24(c, xs, x, T, logits);
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
         s.kernel(s.a, r0, r1);
-        i24_add_outliers(xs.split, weight_at, c.w, c.row_stride, c.rows, r0, r1, logits);
+        i24_add_outliers(xs.split, weight_at, c.w, c.row_stride, c.rows, r0, r1, logits, weights16(c));
         canonical_nans(logits, c.rows, T, r0, r1);
     });
     undo_row_exp(c, xs, T, logits);
@@ -419,7 +426,7 @@ void run_mixed(const MatvecCall &c, I24Scratch &xs) {
     const F32Run f = setup_f32(c, xg, nf, lf);
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
         s.kernel(s.a, r0, r1);
-        i24_add_outliers(sp, weight_at, c.w, c.row_stride, c.rows, r0, r1, li);
+        i24_add_outliers(sp, weight_at, c.w, c.row_stride, c.rows, r0, r1, li, weights16(c));
         canonical_nans(li, c.rows, ni, r0, r1);
         f.kernel(f.a, r0, r1);
         canonical_nans(lf, c.rows, nf, r0, r1);

@@ -27,6 +27,8 @@ struct Args {
 void matvec_scalar(const Args &a, int64_t r0, int64_t r1);
 void matvec_avx2(const Args &a, int64_t r0, int64_t r1);
 void matvec_avx512(const Args &a, int64_t r0, int64_t r1);
+// The I24 outlier add-back's weights of 16 rows (cpu/i24_outliers.hpp: Weights16).
+bool weights16_avx512(const uint8_t *row0, size_t row_stride, int64_t c, float *w16);
 void matvec_neon(const Args &a, int64_t r0, int64_t r1);
 
 // ---- Precision::I24 (the default): 24-bit block fixed-point activations -----------------------

@@ -59,6 +59,10 @@ void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
 
 // I24 over activation rows x (T, cols) -> logits (T, rows), xs.split's outliers added back.
 void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, float *logits) {
+    Weights16 w16 = nullptr;
+#if defined(LMTAIL_HAVE_X86)
+    if (c.isa == Isa::Avx512) w16 = q4_k_weights16_avx512;
+#endif
     const int64_t nb = c.cols / LMT_QK_K, n = T * c.cols;
     if ((int64_t)xs.q.size() < n) xs.q.resize((size_t)n);
     if ((int64_t)xs.r.size() < n) xs.r.resize((size_t)n);
@@ -84,7 +88,7 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
     }
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
         kernel(a, r0, r1);
-        i24_add_outliers(xs.split, q4_k_weight_at, c.w, c.row_stride, c.rows, r0, r1, logits);
+        i24_add_outliers(xs.split, q4_k_weight_at, c.w, c.row_stride, c.rows, r0, r1, logits, w16);
     });
 }
 

@@ -26,6 +26,12 @@ struct XI16Scratch {
     std::vector<float> xg, lg;  // gathered F32 rows / the logits of a subset
 };
 
+#if defined(LMTAIL_HAVE_X86)
+constexpr Weights16 kWeights16Avx512 = q5_k_weights16_avx512;
+#else
+constexpr Weights16 kWeights16Avx512 = nullptr;
+#endif
+
 // The canonical F32 weight at column c of a row (internal.hpp), for the I24 outlier add-back.
 float q5_k_weight_at(const uint8_t *row, int64_t c) {
     const uint8_t *b = row + (size_t)(c / LMT_QK_K) * LMT_Q5K_BLOCK_BYTES;
@@ -135,7 +141,8 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
         core::parallel_for(n_threads, n_tasks, [&](int64_t task) {
             const int64_t r0 = task * kRowsPerTask, r1 = std::min(rows, r0 + kRowsPerTask);
             kernel(a, r0, r1);
-            i24_add_outliers(sp, q5_k_weight_at, w, row_stride, rows, r0, r1, out);
+            i24_add_outliers(sp, q5_k_weight_at, w, row_stride, rows, r0, r1, out,
+                             resolved == Isa::Avx512 ? kWeights16Avx512 : nullptr);
         });
     };
     if (ni > 0) {
