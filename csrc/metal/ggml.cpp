@@ -7,6 +7,7 @@
 // by llama-cpp-python 0.3.36 (ggml-org/llama.cpp@0c1e57098). Another version may differ in
 // any of them; the pipeline build checks what it can (kernel names, declared constants).
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "metal/context.hpp"
@@ -94,9 +95,9 @@ MTL::ComputePipelineState *pipeline(Context &c, const std::string &path, const s
     return p;
 }
 
-// ggml_metal_op_unary for a contiguous f32 vector of n, in place (src0 = dst).
-void encode_unary(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, View x, uint32_t n,
-                  int16_t op, float scale) {
+// ggml_metal_op_unary for a contiguous f32 vector of n from src to dst (the same view: in place).
+void encode_unary(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, View src, View dst,
+                  uint32_t n, int16_t op, float scale) {
     const bool c4 = n % 4 == 0;
     const bool cnt = (int64_t)n < kUnaryCntLimit;
     GgmlArgsUnary a{};
@@ -109,14 +110,29 @@ void encode_unary(Context &c, const std::string &path, MTL::ComputeCommandEncode
                                           {{kFcUnary + 0, MTL::DataTypeShort, op},
                                            {kFcUnary + 1, MTL::DataTypeBool, (int16_t)cnt}}));
     enc->setBytes(&a, sizeof a, 0);
-    enc->setBuffer(x.buf, x.offset, 1);
-    enc->setBuffer(x.buf, x.offset, 2);
+    enc->setBuffer(src.buf, src.offset, 1);
+    enc->setBuffer(dst.buf, dst.offset, 2);
     if (cnt) {
         enc->dispatchThreadgroups(size3((uint64_t)a.ne0), size3(1));
     } else {
         const uint32_t nth = std::min<uint32_t>((uint32_t)a.ne00, 256);
         enc->dispatchThreadgroups(size3(((uint64_t)a.ne00 + nth - 1) / nth), size3(nth));
     }
+}
+
+// llama.cpp's graph after the head matvec: scale, then (with a cap) scale(1/cap), tanh,
+// scale(cap). `src` holds the pre-cap logits (the scale node writes `dst`; src == dst is in
+// place); each later node reads what the previous one wrote, so each pair has its barrier.
+void encode_cap_nodes(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, View src, View dst,
+                      uint32_t n, float s, float cap) {
+    encode_unary(c, path, enc, src, dst, n, kOpScale, s);
+    if (cap <= 0.0f) return;
+    barrier(enc, {dst.buf}, kBarrierSoftcapInv);
+    encode_unary(c, path, enc, dst, dst, n, kOpScale, 1.0f / cap);
+    barrier(enc, {dst.buf}, kBarrierSoftcapTanh);
+    encode_unary(c, path, enc, dst, dst, n, kOpTanh, 0.0f);
+    barrier(enc, {dst.buf}, kBarrierSoftcapCap);
+    encode_unary(c, path, enc, dst, dst, n, kOpScale, cap);
 }
 
 // One head type's row of ggml_metal_library_get_pipeline_mul_mv (vector case, ne11 = T rows of x).
@@ -165,67 +181,108 @@ void ggml_softcap(const std::string &path, float *x, int64_t n, float s, float c
     const uint32_t m = u32(n, "n");
     run_concurrent(c, [&](MTL::ComputeCommandEncoder *enc) {
         const View v{xb.get(), 0};
-        // llama.cpp's graph: scale, then (with a cap) scale(1/cap), tanh, scale(cap); each node
-        // reads what the previous one wrote, so each pair has its resource barrier.
-        encode_unary(c, path, enc, v, m, kOpScale, s);
-        if (cap <= 0.0f) return;
-        barrier(enc, {xb.get()}, kBarrierSoftcapInv);
-        encode_unary(c, path, enc, v, m, kOpScale, 1.0f / cap);
-        barrier(enc, {xb.get()}, kBarrierSoftcapTanh);
-        encode_unary(c, path, enc, v, m, kOpTanh, 0.0f);
-        barrier(enc, {xb.get()}, kBarrierSoftcapCap);
-        encode_unary(c, path, enc, v, m, kOpScale, cap);
+        encode_cap_nodes(c, path, enc, v, v, m, s, cap);
     });
     std::memcpy(x, xb->contents(), (size_t)n * sizeof(float));
 }
 
-void ggml_matvec(const std::string &path, WeightType type, const uint8_t *w, int64_t rows, int64_t cols,
-                 size_t row_stride, const float *x, int64_t T, float *out) {
-    if (rows <= 0 || T <= 0) return;
+namespace {
+
+// The T this route reproduces, else UnsupportedError (checked before anything is encoded).
+void check_T(int64_t T) {
     // For 2 <= T <= 8 (cols % 128 == 0) llama.cpp takes kernel_mul_mv_ext_*, for larger T its
     // simdgroup matmul: not kernel_mul_mv, so T = 1 (decoding) is what this route reproduces.
     if (T != 1)
         throw lmt::UnsupportedError("Metal ggml route: llama.cpp's kernel_mul_mv is its T = 1 path; got T = " +
                                     std::to_string(T) + " (llama.cpp runs other kernels for a batch)");
-    const MatvecShape shape = matvec_shape(type, rows, cols, row_stride, T);
+}
+
+// ggml_metal_op_mul_mat's mat-vec branch: y (T x rows) = W x (W bound as `wb`, rows of `stride` bytes).
+void encode_mul_mv(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, WeightType type, View wb,
+                   size_t stride, View x, View y, int64_t rows, int64_t cols, int64_t T) {
     const MulMvRow r = mul_mv_row(type, cols);
-    Context &c = context();
-    std::lock_guard<std::mutex> lk(c.mu);
-    MatvecShape s;
-    const Wrapped wb = wrap_weights(c, w, rows, shape, &s);
-    auto xb = c.upload(x, (size_t)(T * cols) * sizeof(float), "x");
-    auto yb = c.buffer((size_t)(T * rows) * sizeof(float), "logits");
     GgmlArgsMulMv a{};
     a.ne00 = a.ne10 = (int32_t)cols;
     a.ne01 = a.ne0 = (int32_t)rows;
     a.ne02 = a.ne12 = 1;
     const WeightTypeInfo *info = weight_type_info(type);
     a.nb00 = (uint64_t)info->block_bytes;  // ggml_type_size: bytes of one block
-    a.nb01 = (uint64_t)s.row_stride;
-    a.nb02 = a.nb03 = (uint64_t)s.row_stride * (uint64_t)rows;
+    a.nb01 = (uint64_t)stride;
+    a.nb02 = a.nb03 = (uint64_t)stride * (uint64_t)rows;
     a.ne11 = a.ne1 = (int32_t)T;
     a.nb10 = 4;
     a.nb11 = (uint64_t)cols * 4;
     a.nb12 = a.nb13 = (uint64_t)(T * cols) * 4;
     a.nr0 = r.nr0;
     a.r2 = a.r3 = 1;
+    enc->setComputePipelineState(pipeline(c, path, r.name,
+                                          {{kFcMulMv + 0, MTL::DataTypeShort, (int16_t)r.nsg},
+                                           {kFcMulMv + 2, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 3, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 4, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 5, MTL::DataTypeBool, 0}}));
+    enc->setBytes(&a, sizeof a, 0);
+    enc->setBuffer(wb.buf, wb.offset, 1);
+    enc->setBuffer(x.buf, x.offset, 2);
+    enc->setBuffer(y.buf, y.offset, 3);
+    enc->setThreadgroupMemoryLength(r.smem, 0);
+    const int64_t per_group = r.per_sg_rows ? r.nr0 : (int64_t)r.nr0 * r.nsg;
+    enc->dispatchThreadgroups(size3((uint64_t)((rows + per_group - 1) / per_group), (uint64_t)T),
+                              size3(32, (uint64_t)r.nsg));
+}
+
+}  // namespace
+
+void ggml_matvec(const std::string &path, WeightType type, const uint8_t *w, int64_t rows, int64_t cols,
+                 size_t row_stride, const float *x, int64_t T, float *out) {
+    if (rows <= 0 || T <= 0) return;
+    check_T(T);
+    const MatvecShape shape = matvec_shape(type, rows, cols, row_stride, T);
+    Context &c = context();
+    std::lock_guard<std::mutex> lk(c.mu);
+    MatvecShape s;
+    const Wrapped wb = wrap_weights(c, w, rows, shape, &s);
+    auto xb = c.upload(x, (size_t)(T * cols) * sizeof(float), "x");
+    auto yb = c.buffer((size_t)(T * rows) * sizeof(float), "logits");
     run_concurrent(c, [&](MTL::ComputeCommandEncoder *enc) {
-        enc->setComputePipelineState(pipeline(c, path, r.name,
-                                              {{kFcMulMv + 0, MTL::DataTypeShort, (int16_t)r.nsg},
-                                               {kFcMulMv + 2, MTL::DataTypeShort, 1},
-                                               {kFcMulMv + 3, MTL::DataTypeShort, 1},
-                                               {kFcMulMv + 4, MTL::DataTypeShort, 1},
-                                               {kFcMulMv + 5, MTL::DataTypeBool, 0}}));
-        enc->setBytes(&a, sizeof a, 0);
-        enc->setBuffer(wb.buf.get(), wb.offset, 1);
-        enc->setBuffer(xb.get(), 0, 2);
-        enc->setBuffer(yb.get(), 0, 3);
-        enc->setThreadgroupMemoryLength(r.smem, 0);
-        const int64_t per_group = r.per_sg_rows ? r.nr0 : (int64_t)r.nr0 * r.nsg;
-        enc->dispatchThreadgroups(size3((uint64_t)((rows + per_group - 1) / per_group), (uint64_t)T),
-                                  size3(32, (uint64_t)r.nsg));
+        encode_mul_mv(c, path, enc, type, wb.view(), s.row_stride, View{xb.get(), 0}, View{yb.get(), 0}, rows, cols, T);
     });
     std::memcpy(out, yb->contents(), (size_t)(T * rows) * sizeof(float));
+}
+
+int64_t ggml_head(const std::string &path, const HeadArgs &a, float *logits) {
+    if (a.rows <= 0 || a.T <= 0) throw lmt::ArgumentError("head: need rows > 0 and at least one hidden row");
+    check_T(a.T);
+    const MatvecShape shape = matvec_shape(a.type, a.rows, a.cols, a.row_stride, a.T);
+    const uint32_t cols = u32(a.cols, "cols"), T = u32(a.T, "T"), n = u32(a.T * a.rows, "T * rows");
+    Context &c = context();
+    std::lock_guard<std::mutex> lk(c.mu);
+    MatvecShape s;
+    const Wrapped wb = wrap_weights(c, a.w, a.rows, shape, &s);
+    auto hidden = c.upload(a.hidden, (size_t)T * cols * sizeof(float), "hidden");
+    auto gamma = a.gamma ? c.upload(a.gamma, (size_t)cols * sizeof(float), "norm_gamma") : c.buffer(4, "norm_gamma");
+    auto normed = c.buffer((size_t)T * cols * sizeof(float), "normed");
+    // The matvec's output stays apart from the capped logits: the host checks the pre-cap values
+    // (the cap maps +-Inf to +-cap, so only this buffer shows an overflowed logit).
+    auto pre = c.buffer((size_t)n * sizeof(float), "logits_pre_cap");
+    auto lg = c.buffer((size_t)n * sizeof(float), "logits");
+    run_concurrent(c, [&](MTL::ComputeCommandEncoder *enc) {
+        View x{hidden.get(), 0};
+        if (a.gamma) {  // lmtail's RMSNorm (the bytes of ggml's CPU rms_norm), then llama.cpp's nodes
+            encode_rms_norm(c, enc, x, View{gamma.get(), 0}, true, View{normed.get(), 0}, T, cols, a.eps);
+            barrier(enc, {normed.get()}, kBarrierNormHead);
+            x = View{normed.get(), 0};
+        }
+        encode_mul_mv(c, path, enc, a.type, wb.view(), s.row_stride, x, View{pre.get(), 0}, a.rows, a.cols, a.T);
+        barrier(enc, {pre.get()}, kBarrierHeadScale);
+        encode_cap_nodes(c, path, enc, View{pre.get(), 0}, View{lg.get(), 0}, n, a.scale, a.cap);
+    });
+    const float *p = static_cast<const float *>(pre->contents());
+    if (!lmt::cpu::all_finite(p, n, 0))
+        for (uint32_t i = 0; i < n; ++i)
+            if (!std::isfinite(p[i])) return (int64_t)i;
+    std::memcpy(logits, lg->contents(), (size_t)n * sizeof(float));
+    return -1;
 }
 
 }  // namespace lmt::LMT_METAL_NS
