@@ -138,7 +138,7 @@ inline void bind_ops(py::module_ &e) {
             be::ggml_matvec(library, type, in.w, in.rows, cols, in.stride, in.x, in.T, op);
         },
         py::arg("library"), py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("x"), py::arg("out"),
-        "out[t, r] = W[r] . x[t] by llama.cpp's kernel_mul_mv_<type>_f32 from `library`.");
+        "out[t, r] = W[r] . x[t] by llama.cpp's kernel_mul_mv[_ext]_<type>_f32 (as it selects them, T <= 8) from `library`.");
     e.def(
         "ggml_softcap",
         [](const std::string &library, py::array &x, float s, float cap) {

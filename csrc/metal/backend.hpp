@@ -132,7 +132,7 @@ struct SharedView {
 void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embed_out, bool raw,
                  SharedView *logits_view = nullptr);
 
-// precision="ggml" head: [lmtail's rms_norm ->] llama.cpp's kernel_mul_mv -> its scale and four
+// precision="ggml" head: [lmtail's rms_norm ->] llama.cpp's kernel_mul_mv[_ext] -> its scale and four
 // cap nodes, one concurrent encoder with a barrier between dependent nodes (ggml.cpp). Uses a.type,
 // w, rows, cols, row_stride, gamma, hidden, T, eps, scale, cap. Returns -1 and fills `logits`
 // (T x rows) when every pre-cap logit is finite, else the index of the first non-finite one

@@ -36,6 +36,17 @@ struct GgmlArgsMulMv {
 };
 static_assert(sizeof(GgmlArgsMulMv) == 112, "ggml_metal_kargs_mul_mv layout");
 
+// ggml_metal_kargs_mul_mv_ext
+struct GgmlArgsMulMvExt {
+    int32_t ne00, ne01, ne02;
+    uint64_t nb00, nb01, nb02, nb03;
+    int32_t ne10, ne11, ne12;
+    uint64_t nb10, nb11, nb12, nb13;
+    int32_t ne0, ne1;
+    int16_t r2, r3;
+};
+static_assert(sizeof(GgmlArgsMulMvExt) == 112, "ggml_metal_kargs_mul_mv_ext layout");
+
 // Function-constant bases and op numbers (ggml-metal-impl.h).
 constexpr int kFcUnary = 1200, kFcMulMv = 600;
 constexpr int16_t kOpScale = 10, kOpTanh = 100;
@@ -170,6 +181,8 @@ std::vector<std::string> ggml_kernel_names() {
     for (const char *t : {"f32", "f16", "bf16"})
         for (const char *s : {"", "_4", "_short"}) v.push_back(std::string("kernel_mul_mv_") + t + "_f32" + s);
     for (const char *t : {"q4_0", "q8_0", "q4_K", "q5_K", "q6_K"}) v.push_back(std::string("kernel_mul_mv_") + t + "_f32");
+    for (const char *t : {"f32", "f16", "bf16", "q4_0", "q8_0", "q4_K", "q5_K", "q6_K"})
+        for (int r1 = 2; r1 <= 5; ++r1) v.push_back(std::string("kernel_mul_mv_ext_") + t + "_f32_r1_" + std::to_string(r1));
     return v;
 }
 
@@ -188,18 +201,63 @@ void ggml_softcap(const std::string &path, float *x, int64_t n, float s, float c
 
 namespace {
 
-// The T this route reproduces, else UnsupportedError (checked before anything is encoded).
-void check_T(int64_t T) {
-    // For 2 <= T <= 8 (cols % 128 == 0) llama.cpp takes kernel_mul_mv_ext_*, for larger T its
-    // simdgroup matmul: not kernel_mul_mv, so T = 1 (decoding) is what this route reproduces.
-    if (T != 1)
-        throw lmt::UnsupportedError("Metal ggml route: llama.cpp's kernel_mul_mv is its T = 1 path; got T = " +
-                                    std::to_string(T) + " (llama.cpp runs other kernels for a batch)");
+// Which kernel family ggml_metal_op_mul_mat picks for a T-row f32 activation (one weight matrix):
+// the small-batch kernel_mul_mv_ext for 2 <= T <= 8 when cols % 128 == 0 (the K types only from
+// T = 4), the simdgroup matmul for T > 8 when cols >= 64 (every Apple GPU with simdgroup matrices,
+// M1 and later), else kernel_mul_mv with ne11 = T.
+enum class MulKind { MulMv, Ext };
+MulKind mul_kind(WeightType type, int64_t cols, int64_t T) {
+    const bool k = type == WeightType::Q4_K || type == WeightType::Q5_K || type == WeightType::Q6_K;
+    if (cols % 128 == 0 && T >= (k ? 4 : 2) && T <= 8) return MulKind::Ext;
+    if (T > 8 && cols >= 64)
+        throw lmt::UnsupportedError("Metal ggml route: for T = " + std::to_string(T) + " rows of " +
+                                    std::to_string(cols) + " columns llama.cpp runs its simdgroup matmul "
+                                    "(kernel_mul_mm_*), which this route does not dispatch (T <= 8 is supported)");
+    return MulKind::MulMv;
 }
 
-// ggml_metal_op_mul_mat's mat-vec branch: y (T x rows) = W x (W bound as `wb`, rows of `stride` bytes).
+// ggml_metal_op_mul_mat's small-batch branch: kernel_mul_mv_ext_<type>_f32_r1_<r1ptg>.
+void encode_mul_mv_ext(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, WeightType type,
+                       View wb, size_t stride, View x, View y, int64_t rows, int64_t cols, int64_t T) {
+    static const std::map<WeightType, const char *> names = {
+        {WeightType::F32, "f32"},   {WeightType::F16, "f16"},   {WeightType::BF16, "bf16"}, {WeightType::Q4_0, "q4_0"},
+        {WeightType::Q8_0, "q8_0"}, {WeightType::Q4_K, "q4_K"}, {WeightType::Q5_K, "q5_K"}, {WeightType::Q6_K, "q6_K"}};
+    const int nsg = 2;
+    const int16_t nxpsg = (cols % 256 == 0 && T < 3) ? 16 : 8;  // cols % 128 == 0 here
+    const int64_t r0ptg = (32 / nxpsg) * nsg;
+    static const int r1_of_T[9] = {0, 0, 2, 3, 4, 5, 3, 4, 4};
+    const int r1ptg = r1_of_T[T];
+    GgmlArgsMulMvExt a{};
+    a.ne00 = a.ne10 = (int32_t)cols;
+    a.ne01 = a.ne0 = (int32_t)rows;
+    a.ne02 = a.ne12 = 1;
+    a.nb00 = (uint64_t)weight_type_info(type)->block_bytes;
+    a.nb01 = (uint64_t)stride;
+    a.nb02 = a.nb03 = (uint64_t)stride * (uint64_t)rows;
+    a.ne11 = a.ne1 = (int32_t)T;
+    a.nb10 = 4;
+    a.nb11 = (uint64_t)cols * 4;
+    a.nb12 = a.nb13 = (uint64_t)(T * cols) * 4;
+    a.r2 = a.r3 = 1;
+    const std::string name = std::string("kernel_mul_mv_ext_") + names.at(type) + "_f32_r1_" + std::to_string(r1ptg);
+    enc->setComputePipelineState(pipeline(c, path, name,
+                                          {{kFcMulMv + 0, MTL::DataTypeShort, (int16_t)nsg},
+                                           {kFcMulMv + 1, MTL::DataTypeShort, nxpsg},
+                                           {kFcMulMv + 2, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 3, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 4, MTL::DataTypeShort, 1}}));
+    enc->setBytes(&a, sizeof a, 0);
+    enc->setBuffer(wb.buf, wb.offset, 1);
+    enc->setBuffer(x.buf, x.offset, 2);
+    enc->setBuffer(y.buf, y.offset, 3);
+    enc->dispatchThreadgroups(size3((uint64_t)((rows + r0ptg - 1) / r0ptg), (uint64_t)((T + r1ptg - 1) / r1ptg)),
+                              size3(32, (uint64_t)nsg));
+}
+
+// ggml_metal_op_mul_mat for one weight matrix: y (T x rows) = W x (W bound as `wb`, rows of `stride` bytes).
 void encode_mul_mv(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, WeightType type, View wb,
                    size_t stride, View x, View y, int64_t rows, int64_t cols, int64_t T) {
+    if (mul_kind(type, cols, T) == MulKind::Ext) return encode_mul_mv_ext(c, path, enc, type, wb, stride, x, y, rows, cols, T);
     const MulMvRow r = mul_mv_row(type, cols);
     GgmlArgsMulMv a{};
     a.ne00 = a.ne10 = (int32_t)cols;
@@ -236,7 +294,7 @@ void encode_mul_mv(Context &c, const std::string &path, MTL::ComputeCommandEncod
 void ggml_matvec(const std::string &path, WeightType type, const uint8_t *w, int64_t rows, int64_t cols,
                  size_t row_stride, const float *x, int64_t T, float *out) {
     if (rows <= 0 || T <= 0) return;
-    check_T(T);
+    (void)mul_kind(type, cols, T);  // an unsupported T fails before anything is encoded
     const MatvecShape shape = matvec_shape(type, rows, cols, row_stride, T);
     Context &c = context();
     std::lock_guard<std::mutex> lk(c.mu);
@@ -252,7 +310,7 @@ void ggml_matvec(const std::string &path, WeightType type, const uint8_t *w, int
 
 int64_t ggml_head(const std::string &path, const HeadArgs &a, float *logits) {
     if (a.rows <= 0 || a.T <= 0) throw lmt::ArgumentError("head: need rows > 0 and at least one hidden row");
-    check_T(a.T);
+    (void)mul_kind(a.type, a.cols, a.T);
     const MatvecShape shape = matvec_shape(a.type, a.rows, a.cols, a.row_stride, a.T);
     const uint32_t cols = u32(a.cols, "cols"), T = u32(a.T, "T"), n = u32(a.T * a.rows, "T * rows");
     Context &c = context();

@@ -104,8 +104,9 @@ class Head:
     On ``backend="metal"`` / ``"metal-emu"``, ``precision="ggml"`` needs ``ggml_metal=PATH``
     (llama.cpp's library, see :func:`lmtail.ops.matvec`): the head matvec, the scale and the four
     cap nodes are then llama.cpp's own Metal kernels, run with lmtail's RMSNorm as one graph
-    (one command buffer, a resource barrier between dependent nodes); T = 1 only (a larger batch
-    raises :class:`lmtail.UnsupportedError`, llama.cpp runs other kernels for it). ``ggml_metal``
+    (one command buffer, a resource barrier between dependent nodes); T <= 8 (llama.cpp's
+    ``kernel_mul_mv`` / ``kernel_mul_mv_ext`` as it selects them; where it would run its simdgroup
+    matmul, T > 8, :class:`lmtail.UnsupportedError`). ``ggml_metal``
     without ``precision="ggml"``, or on another backend, raises :class:`lmtail.ParameterError`.
     A type, precision or norm the backend does not run raises :class:`lmtail.UnsupportedError`
     naming the backends that run it. ``threads``: None (the core's default) or 1..1024.
