@@ -37,10 +37,15 @@ def test_shape_and_every_backend():
     # cuda runs every type at f32 (csrc/cuda/mul_mv.cu).
     assert caps["cuda"]["matvec"]["dtypes"] == ["Q6_K", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "F16", "BF16", "F32"]
     assert all(v == {"precisions": ["f32"], "default": "f32"} for v in caps["cuda"]["matvec"]["by_dtype"].values())
-    # metal and metal-emu run every CPU type at f32 (one kernel family, metal/matvec.metal).
+    # metal and metal-emu run every CPU type at f32 (one kernel family, metal/matvec.metal), and
+    # at "ggml" (llama.cpp's own kernels) only with the caller's llama.cpp library.
     for b in ("metal", "metal-emu"):
         assert sorted(caps[b]["matvec"]["dtypes"]) == sorted(caps["cpu"]["matvec"]["dtypes"])
-        assert all(v == {"precisions": ["f32"], "default": "f32"} for v in caps[b]["matvec"]["by_dtype"].values())
+        want = {"precisions": ["f32", "ggml"], "default": "f32"}
+        assert all(v == want for v in caps[b]["matvec"]["by_dtype"].values())
+        assert caps[b]["matvec"]["requires"] == caps[b]["head"]["requires"] == {"ggml": "ggml_metal"}
+    for b in ("cpu", "cuda"):
+        assert caps[b]["matvec"]["requires"] == caps[b]["head"]["requires"] == {}
     # A fresh dict each call: callers may edit theirs.
     caps["cpu"]["matvec"]["dtypes"].append("X")
     assert "X" not in lmtail.capabilities()["cpu"]["matvec"]["dtypes"]
@@ -101,7 +106,17 @@ def test_ops_and_head_refuse_per_the_table():
                 with pytest.raises(lmtail.UnsupportedError, match=rf"{op} .*{b}.*: cpu"):
                     fn()
         for p in sorted(PRECISIONS):
-            if p in col["matvec"]["by_dtype"]["Q5_K"]["precisions"]:
+            if p in col["matvec"]["requires"]:
+                # Listed, but usable only with the argument it names (tests/test_metal_ggml.py
+                # runs it with llama.cpp's library): without it, a typed refusal saying so.
+                arg = col["matvec"]["requires"][p]
+                with pytest.raises(lmtail.UnsupportedError, match=rf"{p}.*{b}.*requires.*{arg}="):
+                    lmtail.ops.matvec(q, x, "Q5_K", backend=b, precision=p)
+                with pytest.raises(lmtail.UnsupportedError, match=rf"{arg}="):
+                    lmtail.Head(q, backend=b, precision=p)
+                with pytest.raises(lmtail.UnsupportedError, match=rf"{arg}="):
+                    lmtail.ops.softcap(x, 1.0, 5.0, backend=b, precision=p)
+            elif p in col["matvec"]["by_dtype"]["Q5_K"]["precisions"]:
                 assert lmtail.ops.matvec(q, x, "Q5_K", backend=b, precision=p).shape == (1, 3)
                 assert lmtail.Head(q, backend=b, precision=p).precision == p
             else:

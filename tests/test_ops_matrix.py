@@ -68,6 +68,11 @@ def test_matvec_matches_float64(backend, dtype):
     x = np.random.default_rng(1).standard_normal((3, cols)).astype(np.float32)
     ref = reference(q, dtype, x)
     for prec in [None] + precisions(backend, dtype):
+        if prec in CAPS[backend]["matvec"]["requires"]:
+            # Needs the caller's library (Metal "ggml": llama.cpp's kernels, tests/test_metal_ggml.py).
+            with pytest.raises(lmtail.UnsupportedError, match=CAPS[backend]["matvec"]["requires"][prec]):
+                lmtail.ops.matvec(q, x, dtype, backend=backend, precision=prec)
+            continue
         y = lmtail.ops.matvec(q, x, dtype, backend=backend, precision=prec)
         assert y.shape == (3, q.shape[0]) and y.dtype == np.float32
         p = prec or CAPS[backend]["matvec"]["by_dtype"][dtype]["default"]

@@ -151,6 +151,24 @@ def parse_kernels(code: str, display: str) -> list[dict]:
     return kernels
 
 
+# `T a[N] = { [ 0 ... N - 1 ] = v };`: a GNU range designator (Metal's clang takes it; in C++
+# g++ reads `[...]` as a lambda). Only the whole-array form is rewritten, to a fill loop.
+RANGE_INIT_RE = re.compile(
+    r"(?P<decl>\b[A-Za-z_][\w:<>]*\s+(?P<name>[A-Za-z_]\w*)\s*\[(?P<n>[^\]\[]+)\])\s*=\s*"
+    r"\{\s*\[\s*(?P<lo>[^\]\.]+?)\s*\.\.\.\s*(?P<hi>[^\]]+?)\s*\]\s*=\s*(?P<v>[^{};,]+?)\s*\}\s*;"
+)
+
+
+def range_init(m: re.Match, display: str, text: str) -> str:
+    squash = lambda e: re.sub(r"\s+", "", e)  # noqa: E731
+    if squash(m.group("lo")) != "0" or squash(m.group("hi")) != squash(m.group("n")) + "-1":
+        raise GenError(f"{display}:{line_of(text, m.start())}: only a range designator over the whole array is "
+                       f"supported by metal-emu")
+    n, name = m.group("n"), m.group("name")
+    new = f"{m.group('decl')}; for (int lmt_i_ = 0; lmt_i_ < ({n}); ++lmt_i_) {name}[lmt_i_] = {m.group('v')};"
+    return new + "\n" * m.group(0).count("\n")
+
+
 def rewrite(text: str, display: str, allow_fc: bool = False) -> str:
     if not allow_fc and re.search(r"\[\[\s*function_constant", text):
         raise GenError(f"{display}: function constants are not supported by metal-emu")
@@ -167,6 +185,7 @@ def rewrite(text: str, display: str, allow_fc: bool = False) -> str:
         return f'{t} &{n} = ::lmt_msl::tg_scalar<{t}>("{key}");' + "\n" * m.group(0).count("\n")
 
     out = ATTR_RE.sub(lambda m: blank(m.group(0)), text)
+    out = RANGE_INIT_RE.sub(lambda m: range_init(m, display, text), out)
     out = TG_ARRAY_RE.sub(tg_array, out)
     out = TG_SCALAR_RE.sub(tg_scalar, out)
     out = re.sub(r"\bthreadgroup\b(?!_)", " ", out)
@@ -338,7 +357,9 @@ def library_source(files: list[str], include_dirs: list[str], display_of, wanted
     for m in re.finditer(r"typedef\s+decltype\s*\(\s*(\w+)\s*<[^;]*;", code):
         if m.group(1) in dropped:
             cut.append((m.start(), m.end()))
-    cut += unused_templates(code, cut, display_of(files[0]))
+    # The kept instances' template arguments (a dequantizer template named as a function-pointer
+    # argument) are uses too: their lines are cut, so they are passed along.
+    cut += unused_templates(code, cut, display_of(files[0]), " ".join(e["fn"] for e in emit))
     missing = wanted - {e["host"] for e in emit}
     if missing:
         raise GenError("kernels not found in the library sources: " + ", ".join(sorted(missing)))
@@ -356,7 +377,7 @@ def library_source(files: list[str], include_dirs: list[str], display_of, wanted
 TEMPLATE_FN_RE = re.compile(r"^template\s*<[^;{}]*>\s*(?:(?:static|inline)\s+)*[A-Za-z_][\w:<>, ]*?[\s*&]+([A-Za-z_]\w*)\s*\(", re.M)
 
 
-def unused_templates(code: str, cut: list, display: str) -> list:
+def unused_templates(code: str, cut: list, display: str, extra_uses: str = "") -> list:
     """Spans of top-level function templates that nothing kept refers to (to a fixpoint): the
     kernels left out need not compile, nor do the helpers only they use."""
     defs: dict = {}
@@ -377,7 +398,7 @@ def unused_templates(code: str, cut: list, display: str) -> list:
     changed = True
     while changed:
         changed = False
-        kept = "".join(mask)
+        kept = "".join(mask) + "\n" + extra_uses
         for name, spans in list(defs.items()):
             own = sum(len(re.findall(rf"\b{name}\b", kept[a:b])) for a, b in spans)
             if len(re.findall(rf"\b{name}\b", kept)) == own:

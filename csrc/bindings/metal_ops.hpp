@@ -138,7 +138,7 @@ inline void bind_ops(py::module_ &e) {
             be::ggml_matvec(library, type, in.w, in.rows, cols, in.stride, in.x, in.T, op);
         },
         py::arg("library"), py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("x"), py::arg("out"),
-        "out[t, r] = W[r] . x[t] by llama.cpp's kernel_mul_mv_<type>_f32 from `library`.");
+        "out[t, r] = W[r] . x[t] by llama.cpp's kernel_mul_mv[_ext]_<type>_f32 (as it selects them, T <= 8) from `library`.");
     e.def(
         "ggml_softcap",
         [](const std::string &library, py::array &x, float s, float cap) {
@@ -149,6 +149,36 @@ inline void bind_ops(py::module_ &e) {
         },
         py::arg("library"), py::arg("x"), py::arg("s"), py::arg("cap"),
         "x*s, then (cap > 0) the cap, as llama.cpp's four unary nodes from `library`, in place.");
+    e.def(
+        "ggml_head",
+        [](const std::string &library, const py::array &w, int dtype, int64_t cols, const py::object &gamma,
+           const py::array &hidden, float eps, float scale, float cap, py::array &out) {
+            be::HeadArgs a;
+            a.type = static_cast<lmt::WeightType>(dtype);
+            a.rows = weight_rows(w, a.type, cols, &a.row_stride);
+            a.cols = cols;
+            a.w = static_cast<const uint8_t *>(w.data());
+            a.T = dim(hidden, 0, "hidden");
+            expect_shape(hidden, "hidden", {a.T, cols});
+            a.hidden = data_of<float>(hidden, "hidden", false);
+            py::array g;
+            if (!gamma.is_none()) {
+                g = gamma.cast<py::array>();
+                expect_shape(g, "gamma", {cols});
+                a.gamma = data_of<float>(g, "gamma", false);
+            }
+            a.eps = eps;
+            a.scale = scale;
+            a.cap = cap;
+            expect_shape(out, "out", {a.T, a.rows});
+            float *op = data_of<float>(out, "out", true);
+            py::gil_scoped_release nogil;
+            return be::ggml_head(library, a, op);
+        },
+        py::arg("library"), py::arg("w"), py::arg("dtype"), py::arg("cols"), py::arg("gamma"), py::arg("hidden"),
+        py::arg("eps"), py::arg("scale"), py::arg("cap"), py::arg("out"),
+        "[rms_norm ->] llama.cpp's kernel_mul_mv -> scale -> cap nodes from `library`, one graph. Returns -1 with "
+        "`out` (T, rows) filled, or the flat index of the first non-finite pre-cap logit (`out` untouched).");
     e.def(
         "matvec_view",
         [](const py::array &w, int dtype, int64_t cols, const py::array &x, const std::string &isa) {

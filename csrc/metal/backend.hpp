@@ -96,6 +96,7 @@ void ggml_softcap(const std::string &library, float *x, int64_t n, float s, floa
 void ggml_matvec(const std::string &library, WeightType type, const uint8_t *w, int64_t rows, int64_t cols,
                  size_t row_stride, const float *x, int64_t T, float *out);
 void argmax_rows(const float *x, int64_t n_rows, int64_t n, uint32_t *out);
+
 void greedy_argmax_rows(const float *x, int64_t n_rows, int64_t n, const uint32_t *excluded, int64_t n_excluded,
                         uint32_t *out);
 void topk_rows(const float *x, int64_t n_rows, int64_t n, int64_t k, uint32_t *ids, float *values);
@@ -130,6 +131,13 @@ struct SharedView {
 // result checks pass (a failing call never hands out its logits); each call has its own buffer.
 void head_greedy(const HeadArgs &a, float *logits, uint32_t *result, float *embed_out, bool raw,
                  SharedView *logits_view = nullptr);
+
+// precision="ggml" head: [lmtail's rms_norm ->] llama.cpp's kernel_mul_mv[_ext] -> its scale and four
+// cap nodes, one concurrent encoder with a barrier between dependent nodes (ggml.cpp). Uses a.type,
+// w, rows, cols, row_stride, gamma, hidden, T, eps, scale, cap. Returns -1 and fills `logits`
+// (T x rows) when every pre-cap logit is finite, else the index of the first non-finite one
+// (`logits` untouched).
+int64_t ggml_head(const std::string &library, const HeadArgs &a, float *logits);
 
 #if defined(LMTAIL_METAL_TESTING)
 // A raw dispatch for tests: bind host arrays (copied in, copied back when `write_back`) or bytes.

@@ -7,6 +7,7 @@
 // by llama-cpp-python 0.3.36 (ggml-org/llama.cpp@0c1e57098). Another version may differ in
 // any of them; the pipeline build checks what it can (kernel names, declared constants).
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "metal/context.hpp"
@@ -34,6 +35,17 @@ struct GgmlArgsMulMv {
     int16_t r2, r3;
 };
 static_assert(sizeof(GgmlArgsMulMv) == 112, "ggml_metal_kargs_mul_mv layout");
+
+// ggml_metal_kargs_mul_mv_ext
+struct GgmlArgsMulMvExt {
+    int32_t ne00, ne01, ne02;
+    uint64_t nb00, nb01, nb02, nb03;
+    int32_t ne10, ne11, ne12;
+    uint64_t nb10, nb11, nb12, nb13;
+    int32_t ne0, ne1;
+    int16_t r2, r3;
+};
+static_assert(sizeof(GgmlArgsMulMvExt) == 112, "ggml_metal_kargs_mul_mv_ext layout");
 
 // Function-constant bases and op numbers (ggml-metal-impl.h).
 constexpr int kFcUnary = 1200, kFcMulMv = 600;
@@ -94,9 +106,9 @@ MTL::ComputePipelineState *pipeline(Context &c, const std::string &path, const s
     return p;
 }
 
-// ggml_metal_op_unary for a contiguous f32 vector of n, in place (src0 = dst).
-void encode_unary(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, View x, uint32_t n,
-                  int16_t op, float scale) {
+// ggml_metal_op_unary for a contiguous f32 vector of n from src to dst (the same view: in place).
+void encode_unary(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, View src, View dst,
+                  uint32_t n, int16_t op, float scale) {
     const bool c4 = n % 4 == 0;
     const bool cnt = (int64_t)n < kUnaryCntLimit;
     GgmlArgsUnary a{};
@@ -109,14 +121,29 @@ void encode_unary(Context &c, const std::string &path, MTL::ComputeCommandEncode
                                           {{kFcUnary + 0, MTL::DataTypeShort, op},
                                            {kFcUnary + 1, MTL::DataTypeBool, (int16_t)cnt}}));
     enc->setBytes(&a, sizeof a, 0);
-    enc->setBuffer(x.buf, x.offset, 1);
-    enc->setBuffer(x.buf, x.offset, 2);
+    enc->setBuffer(src.buf, src.offset, 1);
+    enc->setBuffer(dst.buf, dst.offset, 2);
     if (cnt) {
         enc->dispatchThreadgroups(size3((uint64_t)a.ne0), size3(1));
     } else {
         const uint32_t nth = std::min<uint32_t>((uint32_t)a.ne00, 256);
         enc->dispatchThreadgroups(size3(((uint64_t)a.ne00 + nth - 1) / nth), size3(nth));
     }
+}
+
+// llama.cpp's graph after the head matvec: scale, then (with a cap) scale(1/cap), tanh,
+// scale(cap). `src` holds the pre-cap logits (the scale node writes `dst`; src == dst is in
+// place); each later node reads what the previous one wrote, so each pair has its barrier.
+void encode_cap_nodes(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, View src, View dst,
+                      uint32_t n, float s, float cap) {
+    encode_unary(c, path, enc, src, dst, n, kOpScale, s);
+    if (cap <= 0.0f) return;
+    barrier(enc, {dst.buf}, kBarrierSoftcapInv);
+    encode_unary(c, path, enc, dst, dst, n, kOpScale, 1.0f / cap);
+    barrier(enc, {dst.buf}, kBarrierSoftcapTanh);
+    encode_unary(c, path, enc, dst, dst, n, kOpTanh, 0.0f);
+    barrier(enc, {dst.buf}, kBarrierSoftcapCap);
+    encode_unary(c, path, enc, dst, dst, n, kOpScale, cap);
 }
 
 // One head type's row of ggml_metal_library_get_pipeline_mul_mv (vector case, ne11 = T rows of x).
@@ -154,6 +181,8 @@ std::vector<std::string> ggml_kernel_names() {
     for (const char *t : {"f32", "f16", "bf16"})
         for (const char *s : {"", "_4", "_short"}) v.push_back(std::string("kernel_mul_mv_") + t + "_f32" + s);
     for (const char *t : {"q4_0", "q8_0", "q4_K", "q5_K", "q6_K"}) v.push_back(std::string("kernel_mul_mv_") + t + "_f32");
+    for (const char *t : {"f32", "f16", "bf16", "q4_0", "q8_0", "q4_K", "q5_K", "q6_K"})
+        for (int r1 = 2; r1 <= 5; ++r1) v.push_back(std::string("kernel_mul_mv_ext_") + t + "_f32_r1_" + std::to_string(r1));
     return v;
 }
 
@@ -165,67 +194,153 @@ void ggml_softcap(const std::string &path, float *x, int64_t n, float s, float c
     const uint32_t m = u32(n, "n");
     run_concurrent(c, [&](MTL::ComputeCommandEncoder *enc) {
         const View v{xb.get(), 0};
-        // llama.cpp's graph: scale, then (with a cap) scale(1/cap), tanh, scale(cap); each node
-        // reads what the previous one wrote, so each pair has its resource barrier.
-        encode_unary(c, path, enc, v, m, kOpScale, s);
-        if (cap <= 0.0f) return;
-        barrier(enc, {xb.get()}, kBarrierSoftcapInv);
-        encode_unary(c, path, enc, v, m, kOpScale, 1.0f / cap);
-        barrier(enc, {xb.get()}, kBarrierSoftcapTanh);
-        encode_unary(c, path, enc, v, m, kOpTanh, 0.0f);
-        barrier(enc, {xb.get()}, kBarrierSoftcapCap);
-        encode_unary(c, path, enc, v, m, kOpScale, cap);
+        encode_cap_nodes(c, path, enc, v, v, m, s, cap);
     });
     std::memcpy(x, xb->contents(), (size_t)n * sizeof(float));
 }
 
-void ggml_matvec(const std::string &path, WeightType type, const uint8_t *w, int64_t rows, int64_t cols,
-                 size_t row_stride, const float *x, int64_t T, float *out) {
-    if (rows <= 0 || T <= 0) return;
-    // For 2 <= T <= 8 (cols % 128 == 0) llama.cpp takes kernel_mul_mv_ext_*, for larger T its
-    // simdgroup matmul: not kernel_mul_mv, so T = 1 (decoding) is what this route reproduces.
-    if (T != 1)
-        throw lmt::UnsupportedError("Metal ggml route: llama.cpp's kernel_mul_mv is its T = 1 path; got T = " +
-                                    std::to_string(T) + " (llama.cpp runs other kernels for a batch)");
-    const MatvecShape shape = matvec_shape(type, rows, cols, row_stride, T);
+namespace {
+
+// Which kernel family ggml_metal_op_mul_mat picks for a T-row f32 activation (one weight matrix):
+// the small-batch kernel_mul_mv_ext for 2 <= T <= 8 when cols % 128 == 0 (the K types only from
+// T = 4), the simdgroup matmul for T > 8 when cols >= 64 (every Apple GPU with simdgroup matrices,
+// M1 and later), else kernel_mul_mv with ne11 = T.
+enum class MulKind { MulMv, Ext };
+MulKind mul_kind(WeightType type, int64_t cols, int64_t T) {
+    const bool k = type == WeightType::Q4_K || type == WeightType::Q5_K || type == WeightType::Q6_K;
+    if (cols % 128 == 0 && T >= (k ? 4 : 2) && T <= 8) return MulKind::Ext;
+    if (T > 8 && cols >= 64)
+        throw lmt::UnsupportedError("Metal ggml route: for T = " + std::to_string(T) + " rows of " +
+                                    std::to_string(cols) + " columns llama.cpp runs its simdgroup matmul "
+                                    "(kernel_mul_mm_*), which this route does not dispatch (T <= 8 is supported)");
+    return MulKind::MulMv;
+}
+
+// ggml_metal_op_mul_mat's small-batch branch: kernel_mul_mv_ext_<type>_f32_r1_<r1ptg>.
+void encode_mul_mv_ext(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, WeightType type,
+                       View wb, size_t stride, View x, View y, int64_t rows, int64_t cols, int64_t T) {
+    static const std::map<WeightType, const char *> names = {
+        {WeightType::F32, "f32"},   {WeightType::F16, "f16"},   {WeightType::BF16, "bf16"}, {WeightType::Q4_0, "q4_0"},
+        {WeightType::Q8_0, "q8_0"}, {WeightType::Q4_K, "q4_K"}, {WeightType::Q5_K, "q5_K"}, {WeightType::Q6_K, "q6_K"}};
+    const int nsg = 2;
+    const int16_t nxpsg = (cols % 256 == 0 && T < 3) ? 16 : 8;  // cols % 128 == 0 here
+    const int64_t r0ptg = (32 / nxpsg) * nsg;
+    static const int r1_of_T[9] = {0, 0, 2, 3, 4, 5, 3, 4, 4};
+    const int r1ptg = r1_of_T[T];
+    GgmlArgsMulMvExt a{};
+    a.ne00 = a.ne10 = (int32_t)cols;
+    a.ne01 = a.ne0 = (int32_t)rows;
+    a.ne02 = a.ne12 = 1;
+    a.nb00 = (uint64_t)weight_type_info(type)->block_bytes;
+    a.nb01 = (uint64_t)stride;
+    a.nb02 = a.nb03 = (uint64_t)stride * (uint64_t)rows;
+    a.ne11 = a.ne1 = (int32_t)T;
+    a.nb10 = 4;
+    a.nb11 = (uint64_t)cols * 4;
+    a.nb12 = a.nb13 = (uint64_t)(T * cols) * 4;
+    a.r2 = a.r3 = 1;
+    const std::string name = std::string("kernel_mul_mv_ext_") + names.at(type) + "_f32_r1_" + std::to_string(r1ptg);
+    enc->setComputePipelineState(pipeline(c, path, name,
+                                          {{kFcMulMv + 0, MTL::DataTypeShort, (int16_t)nsg},
+                                           {kFcMulMv + 1, MTL::DataTypeShort, nxpsg},
+                                           {kFcMulMv + 2, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 3, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 4, MTL::DataTypeShort, 1}}));
+    enc->setBytes(&a, sizeof a, 0);
+    enc->setBuffer(wb.buf, wb.offset, 1);
+    enc->setBuffer(x.buf, x.offset, 2);
+    enc->setBuffer(y.buf, y.offset, 3);
+    enc->dispatchThreadgroups(size3((uint64_t)((rows + r0ptg - 1) / r0ptg), (uint64_t)((T + r1ptg - 1) / r1ptg)),
+                              size3(32, (uint64_t)nsg));
+}
+
+// ggml_metal_op_mul_mat for one weight matrix: y (T x rows) = W x (W bound as `wb`, rows of `stride` bytes).
+void encode_mul_mv(Context &c, const std::string &path, MTL::ComputeCommandEncoder *enc, WeightType type, View wb,
+                   size_t stride, View x, View y, int64_t rows, int64_t cols, int64_t T) {
+    if (mul_kind(type, cols, T) == MulKind::Ext) return encode_mul_mv_ext(c, path, enc, type, wb, stride, x, y, rows, cols, T);
     const MulMvRow r = mul_mv_row(type, cols);
-    Context &c = context();
-    std::lock_guard<std::mutex> lk(c.mu);
-    MatvecShape s;
-    const Wrapped wb = wrap_weights(c, w, rows, shape, &s);
-    auto xb = c.upload(x, (size_t)(T * cols) * sizeof(float), "x");
-    auto yb = c.buffer((size_t)(T * rows) * sizeof(float), "logits");
     GgmlArgsMulMv a{};
     a.ne00 = a.ne10 = (int32_t)cols;
     a.ne01 = a.ne0 = (int32_t)rows;
     a.ne02 = a.ne12 = 1;
     const WeightTypeInfo *info = weight_type_info(type);
     a.nb00 = (uint64_t)info->block_bytes;  // ggml_type_size: bytes of one block
-    a.nb01 = (uint64_t)s.row_stride;
-    a.nb02 = a.nb03 = (uint64_t)s.row_stride * (uint64_t)rows;
+    a.nb01 = (uint64_t)stride;
+    a.nb02 = a.nb03 = (uint64_t)stride * (uint64_t)rows;
     a.ne11 = a.ne1 = (int32_t)T;
     a.nb10 = 4;
     a.nb11 = (uint64_t)cols * 4;
     a.nb12 = a.nb13 = (uint64_t)(T * cols) * 4;
     a.nr0 = r.nr0;
     a.r2 = a.r3 = 1;
+    enc->setComputePipelineState(pipeline(c, path, r.name,
+                                          {{kFcMulMv + 0, MTL::DataTypeShort, (int16_t)r.nsg},
+                                           {kFcMulMv + 2, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 3, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 4, MTL::DataTypeShort, 1},
+                                           {kFcMulMv + 5, MTL::DataTypeBool, 0}}));
+    enc->setBytes(&a, sizeof a, 0);
+    enc->setBuffer(wb.buf, wb.offset, 1);
+    enc->setBuffer(x.buf, x.offset, 2);
+    enc->setBuffer(y.buf, y.offset, 3);
+    enc->setThreadgroupMemoryLength(r.smem, 0);
+    const int64_t per_group = r.per_sg_rows ? r.nr0 : (int64_t)r.nr0 * r.nsg;
+    enc->dispatchThreadgroups(size3((uint64_t)((rows + per_group - 1) / per_group), (uint64_t)T),
+                              size3(32, (uint64_t)r.nsg));
+}
+
+}  // namespace
+
+void ggml_matvec(const std::string &path, WeightType type, const uint8_t *w, int64_t rows, int64_t cols,
+                 size_t row_stride, const float *x, int64_t T, float *out) {
+    if (rows <= 0 || T <= 0) return;
+    (void)mul_kind(type, cols, T);  // an unsupported T fails before anything is encoded
+    const MatvecShape shape = matvec_shape(type, rows, cols, row_stride, T);
+    Context &c = context();
+    std::lock_guard<std::mutex> lk(c.mu);
+    MatvecShape s;
+    const Wrapped wb = wrap_weights(c, w, rows, shape, &s);
+    auto xb = c.upload(x, (size_t)(T * cols) * sizeof(float), "x");
+    auto yb = c.buffer((size_t)(T * rows) * sizeof(float), "logits");
     run_concurrent(c, [&](MTL::ComputeCommandEncoder *enc) {
-        enc->setComputePipelineState(pipeline(c, path, r.name,
-                                              {{kFcMulMv + 0, MTL::DataTypeShort, (int16_t)r.nsg},
-                                               {kFcMulMv + 2, MTL::DataTypeShort, 1},
-                                               {kFcMulMv + 3, MTL::DataTypeShort, 1},
-                                               {kFcMulMv + 4, MTL::DataTypeShort, 1},
-                                               {kFcMulMv + 5, MTL::DataTypeBool, 0}}));
-        enc->setBytes(&a, sizeof a, 0);
-        enc->setBuffer(wb.buf.get(), wb.offset, 1);
-        enc->setBuffer(xb.get(), 0, 2);
-        enc->setBuffer(yb.get(), 0, 3);
-        enc->setThreadgroupMemoryLength(r.smem, 0);
-        const int64_t per_group = r.per_sg_rows ? r.nr0 : (int64_t)r.nr0 * r.nsg;
-        enc->dispatchThreadgroups(size3((uint64_t)((rows + per_group - 1) / per_group), (uint64_t)T),
-                                  size3(32, (uint64_t)r.nsg));
+        encode_mul_mv(c, path, enc, type, wb.view(), s.row_stride, View{xb.get(), 0}, View{yb.get(), 0}, rows, cols, T);
     });
     std::memcpy(out, yb->contents(), (size_t)(T * rows) * sizeof(float));
+}
+
+int64_t ggml_head(const std::string &path, const HeadArgs &a, float *logits) {
+    if (a.rows <= 0 || a.T <= 0) throw lmt::ArgumentError("head: need rows > 0 and at least one hidden row");
+    (void)mul_kind(a.type, a.cols, a.T);
+    const MatvecShape shape = matvec_shape(a.type, a.rows, a.cols, a.row_stride, a.T);
+    const uint32_t cols = u32(a.cols, "cols"), T = u32(a.T, "T"), n = u32(a.T * a.rows, "T * rows");
+    Context &c = context();
+    std::lock_guard<std::mutex> lk(c.mu);
+    MatvecShape s;
+    const Wrapped wb = wrap_weights(c, a.w, a.rows, shape, &s);
+    auto hidden = c.upload(a.hidden, (size_t)T * cols * sizeof(float), "hidden");
+    auto gamma = a.gamma ? c.upload(a.gamma, (size_t)cols * sizeof(float), "norm_gamma") : c.buffer(4, "norm_gamma");
+    auto normed = c.buffer((size_t)T * cols * sizeof(float), "normed");
+    // The matvec's output stays apart from the capped logits: the host checks the pre-cap values
+    // (the cap maps +-Inf to +-cap, so only this buffer shows an overflowed logit).
+    auto pre = c.buffer((size_t)n * sizeof(float), "logits_pre_cap");
+    auto lg = c.buffer((size_t)n * sizeof(float), "logits");
+    run_concurrent(c, [&](MTL::ComputeCommandEncoder *enc) {
+        View x{hidden.get(), 0};
+        if (a.gamma) {  // lmtail's RMSNorm (the bytes of ggml's CPU rms_norm), then llama.cpp's nodes
+            encode_rms_norm(c, enc, x, View{gamma.get(), 0}, true, View{normed.get(), 0}, T, cols, a.eps);
+            barrier(enc, {normed.get()}, kBarrierNormHead);
+            x = View{normed.get(), 0};
+        }
+        encode_mul_mv(c, path, enc, a.type, wb.view(), s.row_stride, x, View{pre.get(), 0}, a.rows, a.cols, a.T);
+        barrier(enc, {pre.get()}, kBarrierHeadScale);
+        encode_cap_nodes(c, path, enc, View{pre.get(), 0}, View{lg.get(), 0}, n, a.scale, a.cap);
+    });
+    const float *p = static_cast<const float *>(pre->contents());
+    if (!lmt::cpu::all_finite(p, n, 0))
+        for (uint32_t i = 0; i < n; ++i)
+            if (!std::isfinite(p[i])) return (int64_t)i;
+    std::memcpy(logits, lg->contents(), (size_t)n * sizeof(float));
+    return -1;
 }
 
 }  // namespace lmt::LMT_METAL_NS

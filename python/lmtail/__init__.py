@@ -39,7 +39,11 @@ def capabilities() -> dict:
     name, with ``"by_dtype": {name: {"precisions": [...], "default": name}}`` since precisions
     differ per type; "matvec" also says ``"batch_invariant"``: whether row t of a batch equals
     that row computed alone (true on every backend, never promised for precision "ggml", which
-    follows ggml's path for each batch size as llama.cpp does); "head" lists its final ``"norms"``), and the float32 ops "rms_norm",
+    follows ggml's path for each batch size as llama.cpp does); "head" lists its final ``"norms"``;
+    both say ``"requires"``: {precision: argument} for a precision usable only with that argument,
+    e.g. ``{"ggml": "ggml_metal"}`` on "metal" / "metal-emu", whose "ggml" runs llama.cpp's own
+    kernels from the library the caller names; without it that precision raises
+    :class:`UnsupportedError`), and the float32 ops "rms_norm",
     "layer_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk" (dtypes ["F32"],
     or [] where the backend lacks the op). Any other combination raises
     :class:`UnsupportedError`. The CPU column is the C++ type table (every type compiled in);

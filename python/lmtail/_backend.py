@@ -5,8 +5,10 @@ consult it instead of backend names or ``hasattr``. The CPU's weight types are n
 they are the C++ CPU type table (csrc/cpu/types/types.hpp, ``LMT_CPU_TYPES``) read through
 ``_core.cpu_types()``, so a type merged there appears in ``lmtail.capabilities()``, ops and Head
 with no Python change. metal and metal-emu run every type of ``_METAL_TYPES`` (the Metal host
-code's kernel table, csrc/metal/matvec.cpp; tests/test_metal_emu.py checks the two agree) and cuda
-every type of ``_CUDA_TYPES`` (csrc/cuda/mul_mv.cu's table), at f32.
+code's kernel table, csrc/metal/matvec.cpp; tests/test_metal_emu.py checks the two agree) at f32,
+and at "ggml" with llama.cpp's own kernels when the caller names llama.cpp's library
+(``ggml_metal=``: the row's ``requires``); cuda every type of ``_CUDA_TYPES`` (csrc/cuda/mul_mv.cu's
+table), at f32.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import _core
+from . import _core, _ggml_metal
 from ._types import GGMLType, ggml_type
 from .errors import BackendError, ParameterError, ShapeError, UnsupportedError
 
@@ -100,20 +102,27 @@ class Row:
     norm_poisons_overflow: bool = False
     # Row t of a T-row matvec equals that activation row computed alone (the same bytes).
     batch_invariant: bool = True
+    # Precisions usable only with an argument naming an outside library: precision -> argument
+    # ("ggml" on the Metal backends runs llama.cpp's kernels from ggml_metal=PATH).
+    requires: tuple = ()
 
 
 _DEVICE_OPS = ("rms_norm", "scale", "tanh", "softcap", "argmax", "greedy_argmax", "topk")
 # csrc/cuda/mul_mv.cu's kTypes (tests/test_cuda.py checks they agree): f32 accumulation only.
 _CUDA_TYPES = {n: ("f32",) for n in ("Q6_K", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "F16", "BF16", "F32")}
-# The types of metal/matvec.metal (one kernel family; f32 products; batch invariant).
-_METAL_TYPES = {d: ("f32",) for d in ("F32", "F16", "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "BF16")}
+# The types of metal/matvec.metal (one kernel family; f32 products; batch invariant), and of
+# llama.cpp's kernel_mul_mv_<type>_f32 (precision "ggml": csrc/metal/ggml.cpp's table), which
+# needs the caller's llama.cpp library (_METAL_REQUIRES).
+_METAL_TYPES = {d: ("f32", "ggml") for d in ("F32", "F16", "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "BF16")}
+_METAL_REQUIRES = (("ggml", "ggml_metal"),)
 
 # THE capability table. `available` is decided below, where each backend registers.
 _ROWS: dict[str, Row] = {
     "cpu": Row("cpu", _CPU_PRECISIONS, FLOAT_OPS, "core", ("none", "rms", "layer"), _cpu_matvec),
-    "metal": Row("metal", _METAL_TYPES, _DEVICE_OPS, "ops", ("none", "rms"), _metal_matvec, _metal_matvec_view, True),
+    "metal": Row("metal", _METAL_TYPES, _DEVICE_OPS, "ops", ("none", "rms"), _metal_matvec, _metal_matvec_view, True,
+                 requires=_METAL_REQUIRES),
     "metal-emu": Row("metal-emu", _METAL_TYPES, _DEVICE_OPS, "ops", ("none", "rms"), _metal_matvec, _metal_matvec_view,
-                     True),
+                     True, requires=_METAL_REQUIRES),
     "cuda": Row("cuda", _CUDA_TYPES, _DEVICE_OPS, "device", ("none", "rms"), _cuda_matvec, None, True),
 }
 for _r in _ROWS.values():  # a device type the CPU lacks would have no block geometry
@@ -191,6 +200,10 @@ def precision(value, t: TypeInfo, backend: str) -> str:
     allowed = _ROWS[backend].matvec[t.name]
     if value is None:
         return allowed[0]
+    needs = dict(_ROWS[backend].requires).get(value)
+    if needs is not None and value in allowed:
+        # Listed, but only usable with its library: callers that have one never get here.
+        raise UnsupportedError(_ggml_metal.missing_library_message(backend, t.name))
     if not isinstance(value, str) or value not in PRECISION_NAMES:
         raise ParameterError(f"precision: expected {', '.join(map(repr, PRECISION_NAMES))} or None; found {value!r}")
     if value not in allowed:
@@ -224,7 +237,8 @@ def capabilities() -> dict:
         col: dict[str, Any] = {"available": name in _IMPLS}
         for op in ("matvec", "head"):
             col[op] = {"dtypes": list(r.matvec), "precisions": list(precs),
-                       "by_dtype": {d: dict(v, precisions=list(v["precisions"])) for d, v in by_dtype.items()}}
+                       "by_dtype": {d: dict(v, precisions=list(v["precisions"])) for d, v in by_dtype.items()},
+                       "requires": dict(r.requires)}
         col["head"]["norms"] = list(r.head_norms)
         col["matvec"]["batch_invariant"] = r.batch_invariant
         for op in FLOAT_OPS:  # every op is listed; one a backend lacks has no dtypes

@@ -27,7 +27,7 @@ import tempfile
 import threading
 from typing import Optional
 
-from .errors import BackendError, ParameterError, UnsupportedError
+from .errors import BackendError, UnsupportedError
 
 SUPPORTED = "llama.cpp as vendored by llama-cpp-python 0.3.36"
 BACKENDS = ("metal", "metal-emu")
@@ -116,10 +116,18 @@ def emu_library(ggml_metal: str, kernels, cache_dir: Optional[str] = None) -> st
         return so
 
 
+def missing_library_message(backend: str, what: str = "") -> str:
+    """Why precision "ggml" on a Metal backend needs ``ggml_metal=`` (capabilities' ``requires``)."""
+    lib = "a llama.cpp .metallib" if backend == "metal" else "llama.cpp's ggml/src/ggml-metal source directory"
+    of = f" for {what}" if what else ""
+    return (f"precision 'ggml'{of} on the {backend} backend runs llama.cpp's own Metal kernels, which lmtail does "
+            f"not ship: it requires a llama.cpp library, ggml_metal=PATH ({lib}; {SUPPORTED})")
+
+
 def library_path(backend: str, impl, ggml_metal, cache_dir: Optional[str] = None) -> str:
     """The library the host code loads for ``backend``: a metallib, or the emulator's object."""
     if ggml_metal is None:
-        raise ParameterError(f"precision='ggml' on backend {backend!r} runs llama.cpp's own kernels: pass ggml_metal=PATH")
+        raise UnsupportedError(missing_library_message(backend))
     if backend == "metal":
         path = os.path.abspath(os.fspath(ggml_metal))
         if not (path.endswith(".metallib") and os.path.isfile(path)):

@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import _backend, _core
+from . import _backend, _core, _ggml_metal
 from ._validate import (CudaTensor, cuda_tensor, finite_float, float32_array, is_cuda_tensor, stream_arg, threads_arg,
                         token_ids, weight_array)
 from .errors import DTypeError, NonFiniteLogitsError, ParameterError, ResourceError, ShapeError, UnsupportedError
@@ -101,6 +101,13 @@ class Head:
     ``precision="ggml"`` publishes llama.cpp's full-logit bytes (ggml's mul_mat on the path
     llama.cpp takes for the type and T, then the same scale and four cap nodes); like llama.cpp's,
     they are not batch invariant (a verify batch can differ from one-by-one decoding).
+    On ``backend="metal"`` / ``"metal-emu"``, ``precision="ggml"`` needs ``ggml_metal=PATH``
+    (llama.cpp's library, see :func:`lmtail.ops.matvec`): the head matvec, the scale and the four
+    cap nodes are then llama.cpp's own Metal kernels, run with lmtail's RMSNorm as one graph
+    (one command buffer, a resource barrier between dependent nodes); T <= 8 (llama.cpp's
+    ``kernel_mul_mv`` / ``kernel_mul_mv_ext`` as it selects them; where it would run its simdgroup
+    matmul, T > 8, :class:`lmtail.UnsupportedError`). ``ggml_metal``
+    without ``precision="ggml"``, or on another backend, raises :class:`lmtail.ParameterError`.
     A type, precision or norm the backend does not run raises :class:`lmtail.UnsupportedError`
     naming the backends that run it. ``threads``: None (the core's default) or 1..1024.
     ``max_tokens``: rows of staging each thread starts with (grown on demand).
@@ -136,12 +143,23 @@ class Head:
         norm_kind: str = "rms",
         precision: Optional[str] = None,
         dtype="Q5_K",
+        ggml_metal: Optional[str] = None,
     ) -> None:
         self._impl = _backend.get(backend)
         self._backend = backend
         self._route = _backend.row(backend)
         self._type = _backend.weight_type(dtype, backend, "Head")
-        self._precision = _backend.precision(precision, self._type, backend)
+        # precision="ggml" on the Metal backends: llama.cpp's own kernels from the user's library
+        # (compiled/loaded here, so a bad library fails at construction, typed).
+        self._ggml_lib: Optional[str] = None
+        if ggml_metal is not None:
+            if precision != "ggml" or backend not in _ggml_metal.BACKENDS:
+                raise ParameterError(f"ggml_metal= names llama.cpp's library for precision='ggml' on backend 'metal' "
+                                     f"or 'metal-emu'; found precision={precision!r} on backend {backend!r}")
+            self._ggml_lib = _ggml_metal.library_path(backend, self._impl, ggml_metal)
+            self._precision = "ggml"
+        else:
+            self._precision = _backend.precision(precision, self._type, backend)
         self._weight, self._rows, self._cols = weight_array(weight, self._type, "weight")
         if norm is not None:
             norm = float32_array(norm, "norm", ndims=(1,))
@@ -209,13 +227,15 @@ class Head:
         softcap: Optional[float] = None,
         threads: Optional[int] = None,
         precision: Optional[str] = None,
+        ggml_metal: Optional[str] = None,
     ) -> "Head":
         """Load ``output.weight`` (or the tied ``token_embd.weight``; any weight type the backend
         runs, memory-mapped: ``head.dtype`` names it), ``output_norm.weight``, the RMS epsilon,
         the logit scale and soft cap (llama.cpp's per-architecture semantics) and the EOG ids.
 
         ``path`` is a str, bytes or os.PathLike (anything else: :class:`lmtail.ParameterError`).
-        ``logit_scale`` / ``softcap`` override the file's values. The head weights stay memory-
+        ``logit_scale`` / ``softcap`` override the file's values; ``precision`` and ``ggml_metal``
+        are as in :class:`Head`. The head weights stay memory-
         mapped: the file must not be truncated or rewritten while the Head lives — a page the
         kernels read past the new end of file kills the process with SIGBUS (mmap semantics;
         no Python exception can be raised for it).
@@ -240,6 +260,7 @@ class Head:
             precision=precision,
             # The head spec names the tensor's ggml type; a spec without one is the Q5_K-only loader.
             dtype=spec.dtype,
+            ggml_metal=ggml_metal,
         )
         head.path = os.fspath(path)
         head.spec = spec
@@ -289,7 +310,7 @@ class Head:
 
     @property
     def precision(self) -> str:
-        """Activation precision of the head matvec, resolved ("f32", "i24", "i16"; see ``ops.matvec``)."""
+        """Activation precision of the head matvec, resolved ("f32", "i24", "i16", "ggml"; see ``ops.matvec``)."""
         return self._precision
 
     @property
@@ -456,6 +477,8 @@ class Head:
             st.computed_T = T
             return logits
         impl, th = self._impl, self._threads
+        if self._ggml_lib is not None:
+            return self._ggml_tail(st, h2, logits)
         t0 = time.perf_counter()
         if self._norm_mode == "layer":
             normed = st.normed[:T]
@@ -476,6 +499,23 @@ class Head:
             raise NonFiniteLogitsError(f"logits after scale/soft cap: non-finite value at {_first_nonfinite(logits)}")
         st.timings = {"norm": t1 - t0, "head": t2 - t1, "cap": t3 - t2}
         st.computed_T = T
+        return logits
+
+    def _ggml_tail(self, st: _CallState, h2: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """precision="ggml" on Metal: norm -> llama.cpp's matvec -> its scale and cap nodes as one
+        graph (csrc/metal/ggml.cpp); the same fail-closed checks as the op-by-op tail."""
+        t0 = time.perf_counter()
+        gamma = self._norm if self._norm_mode == "rms" else None
+        bad = self._impl.ggml_head(self._ggml_lib, self._weight, self._type.id, self._cols, gamma, h2, self._eps,
+                                   self._scale, self._softcap, logits)
+        if bad >= 0:
+            why = _norm_overflow(h2) if gamma is not None else None
+            raise NonFiniteLogitsError(why or "logits before the soft cap: non-finite value at "
+                                              f"{divmod(int(bad), self._rows)}")
+        if not _all_finite(logits, self._threads):
+            raise NonFiniteLogitsError(f"logits after scale/soft cap: non-finite value at {_first_nonfinite(logits)}")
+        st.timings = {"norm": 0.0, "head": time.perf_counter() - t0, "cap": 0.0}
+        st.computed_T = h2.shape[0]
         return logits
 
     @staticmethod

@@ -143,7 +143,9 @@ def matvec(
     reproduce for that type raises UnsupportedError.
 
     ``precision="ggml"`` on ``backend="metal"`` / ``"metal-emu"`` dispatches llama.cpp's own
-    ``kernel_mul_mv_<type>_f32`` (its argument struct, function constants and launch geometry) from
+    ``kernel_mul_mv_<type>_f32`` or, for 2 <= T <= 8 where llama.cpp selects it (cols % 128 == 0;
+    the K types from T = 4), ``kernel_mul_mv_ext_<type>_f32_r1_<n>`` (its argument structs, function
+    constants and launch geometry; T > 8, llama.cpp's simdgroup matmul, raises UnsupportedError) from
     the library ``ggml_metal`` names: a llama.cpp ``.metallib`` on ``metal``, llama.cpp's
     ``ggml/src/ggml-metal`` source directory on ``metal-emu`` (translated and compiled at first use,
     cached). Supported is the llama.cpp of llama-cpp-python 0.3.36; anything else raises
