@@ -141,6 +141,17 @@ static inline bool row_finite(const float *xr, int64_t cols) {
     return true;
 }
 
+// The canonical Q4_K / Q5_K weight of code q at index i of the block at b (d, dmin and the packed
+// scales at its start): fma(q, d * sc[j], -(dmin * m[j])), j = i / 32.
+static inline float k_weight_at(const uint8_t *b, int i, uint32_t q) {
+    uint16_t d, dmin;
+    std::memcpy(&d, b, 2);
+    std::memcpy(&dmin, b + 2, 2);
+    const float d1 = f16_to_f32(d) * (float)lmt_q5k_scale(b + 4, i / 32);
+    const float m1 = f16_to_f32(dmin) * (float)lmt_q5k_min(b + 4, i / 32);
+    return std::fma((float)q, d1, -m1);
+}
+
 // Per-block constants of the canonical Q5_K weight: w = fma(q, d1[j], -m1[j]) for sub-block j,
 // d1[j] = d * sc[j], m1[j] = dmin * m[j] (one rounding each, as ggml's dequantiser).
 static inline void q5k_block_scales(const lmt_block_q5_K *b, float d1[8], float m1[8]) {

@@ -27,13 +27,8 @@ struct XI24Scratch {
 // The canonical F32 weight at column c of a row (q4_k_internal.hpp), for the outlier add-back.
 float q4_k_weight_at(const uint8_t *row, int64_t c) {
     const uint8_t *b = row + (size_t)(c / LMT_QK_K) * LMT_Q4K_BLOCK_BYTES;
-    const int i = (int)(c % LMT_QK_K), j = i / 32;
-    uint16_t d, dmin;
-    std::memcpy(&d, b, 2);
-    std::memcpy(&dmin, b + 2, 2);
-    const float d1 = f16_to_f32(d) * (float)lmt_q5k_scale(b + 4, j);
-    const float m1 = f16_to_f32(dmin) * (float)lmt_q5k_min(b + 4, j);
-    return std::fma((float)lmt_q4k_q(b + 16, i), d1, -m1);
+    const int i = (int)(c % LMT_QK_K);
+    return k_weight_at(b, i, lmt_q4k_q(b + 16, i));
 }
 
 // 64 rows per task (240 KB of weights at cols = 6656): large enough to amortise scheduling,
