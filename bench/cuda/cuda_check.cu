@@ -325,12 +325,94 @@ static void bench_types(int rows, int cols, int reps) {
     std::printf("(median of %d, CUDA events; %% copy = weight bytes / time / copy bandwidth; T=16 is two launches of 8)\n", reps);
 }
 
+// A/B of the quantised types: A = the f32 CUDA-core kernel (forced), B = the product (integer
+// tensor cores), interleaved A B A B per (type, T), medians of reps each.
+static void bench_ab(int rows, int cols, int reps, bool all_t) {
+    double copy_gbs = 0;
+    {
+        const size_t n = (size_t)1 << 31;
+        Dev a(n), b(n);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        std::vector<float> ms;
+        for (int i = 0; i < 11; ++i) {
+            cudaEventRecord(e0);
+            cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            float m;
+            cudaEventElapsedTime(&m, e0, e1);
+            ms.push_back(m);
+        }
+        std::sort(ms.begin(), ms.end());
+        copy_gbs = 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e9;
+        std::printf("copy bandwidth (device-to-device, read + write, 2 GiB): %.0f GB/s\n", copy_gbs);
+    }
+    std::printf("| type | floor ms | T | f32 kernel ms (%% copy) | imma ms (%% copy) | B/A |\n|---|---|---|---|---|---|\n");
+    std::mt19937 rng(9);
+    std::normal_distribution<float> nd(0.0f, 0.02f), xd(0.0f, 1.0f);
+    std::vector<float> x((size_t)16 * cols);
+    for (auto &v : x) v = xd(rng);
+    Dev dx(x.size() * 4), dy((size_t)16 * rows * 4);
+    LMT_CUDA_CHECK(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int type : cuda::mul_mv_types()) {
+        const WeightTypeInfo &ti = type_info(type);
+        if (ti.block_elems == 1) continue;
+        const int slab = std::min(rows, 4096);
+        const size_t rb = (size_t)cols / ti.block_elems * ti.block_bytes, stride = (rb + 15) / 16 * 16;
+        std::vector<float> wf((size_t)slab * cols);
+        for (auto &v : wf) v = nd(rng);
+        std::vector<uint8_t> q((size_t)slab * rb);
+        cpu::quantize(ti.type, wf.data(), q.data(), slab, cols);
+        Dev dw((size_t)rows * stride);
+        for (int r0 = 0; r0 < rows; r0 += slab)
+            LMT_CUDA_CHECK(cudaMemcpy2D(dw.as<uint8_t>() + (size_t)r0 * stride, stride, q.data(), rb, rb,
+                                        std::min(slab, rows - r0), cudaMemcpyHostToDevice));
+        const double bytes = (double)rows * rb;
+        for (int T : {1, 2, 4, 8, 16}) {
+            if (!all_t && T != 1 && T != 8) continue;
+            auto go = [&](bool f32) {
+                cuda::mul_mv_force_f32_for_testing(f32);
+                cuda::launch_mul_mv(type, dw.as<uint8_t>(), stride, rows, cols, dx.as<float>(), T, dy.as<float>(), 0);
+            };
+            for (int i = 0; i < 3; ++i) { go(true); go(false); }
+            std::vector<float> ma, mb;
+            for (int i = 0; i < reps; ++i)
+                for (int v = 0; v < 2; ++v) {
+                    cudaEventRecord(e0);
+                    go(v == 0);
+                    cudaEventRecord(e1);
+                    cudaEventSynchronize(e1);
+                    float m;
+                    cudaEventElapsedTime(&m, e0, e1);
+                    (v == 0 ? ma : mb).push_back(m);
+                }
+            cuda::mul_mv_force_f32_for_testing(false);
+            std::sort(ma.begin(), ma.end());
+            std::sort(mb.begin(), mb.end());
+            const double a = ma[ma.size() / 2], b = mb[mb.size() / 2];
+            std::printf("| %s | %.3f | %d | %.3f (%.0f%%) | %.3f (%.0f%%) | %.2f |\n", ti.name, bytes / (copy_gbs * 1e9) * 1e3, T,
+                        a, 100.0 * bytes / (a * 1e-3) / 1e9 / copy_gbs, b, 100.0 * bytes / (b * 1e-3) / 1e9 / copy_gbs, b / a);
+            std::fflush(stdout);
+        }
+    }
+    std::printf("(median of %d each, interleaved, CUDA events around one launch_mul_mv; T=16 is two launches of 8)\n", reps);
+}
+
 int main(int argc, char **argv) {
     const int rows = argc > 1 ? std::atoi(argv[1]) : 202048;
     const int cols = argc > 2 ? std::atoi(argv[2]) : 6656;
     const int reps = argc > 3 ? std::atoi(argv[3]) : 51;
     // Modes: "types" (every weight type's checks only), "bench-types" (+ the per-type speed table).
     const char *mode = argc > 4 ? argv[4] : "";
+    if (std::strcmp(mode, "ab") == 0 || std::strcmp(mode, "ab18") == 0) {
+        bench_ab(rows, cols, reps, std::strcmp(mode, "ab") == 0);
+        return 0;
+    }
     if (std::strcmp(mode, "bench-only") == 0) {  // the per-type table alone (bench/cuda/mv_sweep.sh)
         bench_types(rows, cols, reps);
         return 0;

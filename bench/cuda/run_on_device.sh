@@ -45,7 +45,7 @@ step pytest 300 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py test
     tests/test_ops_matrix.py -k "cuda or capabilit or table"
 step cuda_check 120 "$SKB/lmtail_cuda_check" 202048 6656 11
 for tool in memcheck racecheck synccheck; do
-    step "sanitize_$tool" 150 compute-sanitizer --tool $tool --error-exitcode 9 "$SKB/lmtail_cuda_check" 1024 768 1 types
+    step "sanitize_$tool" 240 compute-sanitizer --tool $tool --error-exitcode 9 "$SKB/lmtail_cuda_check" 1024 768 1 types
 done
 if [ "${WITH_GGML:-0}" = 1 ]; then
     wait $anc

@@ -44,5 +44,8 @@ void launch_topk_rows(const float *x, int rows, int n, int k, uint64_t *scratch,
 // product never calls them; no environment variable selects a kernel.
 void topk_force_bitonic_for_testing(bool on);
 void argmax_force_two_phase_for_testing(bool on);
+// Benchmark hook only (lmtail_cuda_check ab): run the quantised types on the f32 CUDA-core kernel
+// instead of the integer tensor-core one (different bytes; the product never calls it).
+void mul_mv_force_f32_for_testing(bool on);
 
 }  // namespace lmt::cuda

@@ -1,0 +1,443 @@
+// The K quants (Q4_K, Q5_K, Q6_K) on integer tensor cores, batch invariant. Included by mul_mv.cu
+// (one translation unit; its type table routes these three types here). Q4_0 and Q8_0 ran slower
+// than the f32 kernel at T = 1 this way (docs/NOTES.md) and stay there; their variant is kept in
+// bench/cuda/mul_mv_imma_with_q0.cuh.
+//
+// * x is prepared once per call (imma_prep_x): per token and 256-column step a power of two sx =
+//   2^e (|x| / sx < 2^30 over the step) and X = rint(x / sx) as four balanced signed byte planes,
+//   X = 2^24 p0 + 2^16 p1 + 2^8 p2 + p3 (every element within 2^-30 max|x_step| of x).
+//   K types also get the f32 sum of x over each 32-column sub-block (the min term).
+// * W's stored codes as signed bytes (Q4_K/Q5_K q in 0..31, Q6_K q - 32) times the planes on
+//   mma.sync m16n8k32 s8 (two m16n8k16 for Q6_K's 16-weight scales): exact int32 sums, and the
+//   6-bit (Q4_K/Q5_K) or int8 (Q6_K) sub-block scales multiply them exactly in int32 (|sum| < 2^28),
+//   so the f32 epilogue runs once per 256-column super-block and any tiling gives the same integers.
+// * One f32 epilogue per (row, token, scale block), the same instruction sequence whatever T is or
+//   which MMA column holds the token: the token's planes (0, 1) and (2, 3) sit in two lanes, each
+//   keeping its own f32 accumulator over the row's blocks in column order; y = acc01 + acc23. So a
+//   token's logits are the same bytes at T = 1 and inside any batch. A non-finite x makes the
+//   step's sx NaN, so the token's logits are NaN.
+// * Memory: a warp owns 16 MT rows (MT m16 tiles) over all columns and streams them through a
+//   private shared-memory ring of S stages (16-byte cp.async of each row's contiguous block bytes;
+//   only __syncwarp, no CTA barrier); the MMA fragments are read from there. This is what the first
+//   integer attempt lacked (fragment loads straight from global memory touched 8 rows each with
+//   2-byte loads). Needs 16-byte aligned rows (the caller's rule).
+#pragma once
+
+namespace imma {
+
+enum Family { kFamK, kFamQ6 };
+
+// Per type: ggml id, bytes per 256 columns (one block), family, whether it has a min term.
+struct Q4K { static constexpr int kId = 12, kSB = LMT_Q4K_BLOCK_BYTES; static constexpr Family kFam = kFamK; static constexpr bool kMin = true; };
+struct Q5K { static constexpr int kId = 13, kSB = LMT_Q5K_BLOCK_BYTES; static constexpr Family kFam = kFamK; static constexpr bool kMin = true; };
+struct Q6K { static constexpr int kId = 14, kSB = LMT_Q6K_BLOCK_BYTES; static constexpr Family kFam = kFamQ6; static constexpr bool kMin = false; };
+
+// Launch geometry per type and regime (NT = n-tiles: T <= 2 or more): ring stages S, warps per CTA
+// W, m16 tiles per warp MT (16 MT rows), 256-column steps per stage KS. Performance only: the int32
+// sums are exact and the epilogue is per (row, token), so no geometry changes a result, and the
+// two regimes of a type may differ. Measured on an H100 (docs/NOTES.md, bench/cuda/imma_sweep.sh).
+#ifdef LMT_IMMA_SWEEP  // one geometry for every type and regime (the sweep builds)
+template <class Ty, int NT>
+struct Geo {
+    static constexpr int S = LMT_IMMA_STAGES, W = LMT_IMMA_WARPS, MT = LMT_IMMA_MT;
+    static constexpr int KS = Ty::kId == 14 ? 1 : LMT_IMMA_KS, GU = LMT_IMMA_GU;
+};
+#else
+template <class Ty, int NT>
+struct Geo {
+    static constexpr int S = Ty::kId == 12 && NT > 1 ? 4 : 3, W = 4, MT = Ty::kId == 14 && NT == 1 ? 1 : 2, KS = 1, GU = 8;
+};
+#endif
+
+// Shared-memory row pitch: the stage window (16-byte granules, one extra when it may start
+// unaligned), made an odd number of granules so the 8 rows of a fragment load hit distinct banks.
+template <class Ty, int KS>
+__host__ __device__ constexpr int pitch() {
+    constexpr int span = KS * Ty::kSB;
+    constexpr int g = (span + 15) / 16 + (span % 16 ? 1 : 0);
+    return 16 * (g % 2 ? g : g + 1);
+}
+template <class Ty, int NT, class G = Geo<Ty, NT>>
+__host__ __device__ constexpr int smem_bytes() { return G::W * G::S * 16 * G::MT * pitch<Ty, G::KS>(); }
+
+// ---- x preparation: one warp per (token, step); lane L = (group g = L / 4, c = L % 4) holds the
+// columns 4c .. 4c + 3 and 16 + 4c .. of group g, the k slots of MMA lane c. ------------------------
+// xq[((t * steps + s) * 8 + g) * 16 + 4 p + c] = {plane p of cols 4c.., plane p of cols 16 + 4c..}
+__global__ void __launch_bounds__(256) imma_prep_x(const float *__restrict__ x, int T, int cols, int steps,
+                                                     uint2 *__restrict__ xq, float *__restrict__ sxv,
+                                                     float4 *__restrict__ xsum) {
+    const int wid = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, L = threadIdx.x & 31;
+    if (wid >= T * steps) return;
+    const int t = wid / steps, s = wid - t * steps, g = L >> 2, c = L & 3;
+    const int c0 = 256 * s + 32 * g;
+    float v[8];
+    if (c0 < cols) {  // cols is a multiple of 32: a group is all in or all out
+        const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)t * cols + c0);
+        const float4 a = __ldg(p + c), b = __ldg(p + 4 + c);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+    }
+    bool bad = false;
+    float mx = 0.0f, sm = v[0];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        bad |= nonfinite(v[i]);
+        mx = fmaxf(mx, fabsf(v[i]));
+        if (i) sm = __fadd_rn(sm, v[i]);
+    }
+    bad = __any_sync(0xFFFFFFFFu, bad);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    // The sub-block sum (group g): the four lanes' partials in a fixed tree.
+    sm = __fadd_rn(sm, __shfl_xor_sync(0xFFFFFFFFu, sm, 1));
+    sm = __fadd_rn(sm, __shfl_xor_sync(0xFFFFFFFFu, sm, 2));
+    float sx = 1.0f, inv = 0.0f;
+    if (bad) {
+        sx = __int_as_float(0x7FC00000);
+        sm = sx;
+    } else if (mx > 0.0f) {
+        int e = ilogbf(mx) - 29;  // max |x| / 2^e < 2^30
+        if (e < -126) e = -126;
+        sx = ldexpf(1.0f, e);
+        inv = ldexpf(1.0f, -e);
+    }
+    uint32_t pw[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        int X = __float2int_rn(__fmul_rn(v[i], inv));
+        int d[4];
+#pragma unroll
+        for (int p = 3; p > 0; --p) {  // balanced digits: each in [-128, 127]
+            d[p] = (int)(int8_t)(X & 0xFF);
+            X = (X - d[p]) >> 8;
+        }
+        d[0] = X;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) pw[p][i >> 2] |= ((uint32_t)d[p] & 0xFFu) << (8 * (i & 3));
+    }
+    uint2 *o = xq + ((size_t)wid * 8 + g) * 16 + c;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) o[4 * p] = make_uint2(pw[p][0], pw[p][1]);
+    if (L == 0) sxv[wid] = sx;
+    if (xsum != nullptr && c == 0) reinterpret_cast<float *>(xsum)[(size_t)wid * 8 + g] = sm;
+}
+
+__device__ __forceinline__ void mma_k32(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
+                                        int (&d)[4]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+__device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b0, int (&d)[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(0), "r"(0), "r"(0), "r"(0));
+}
+
+__device__ __forceinline__ uint32_t lds32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+// 4 bytes at a 2-byte aligned shared address.
+__device__ __forceinline__ uint32_t lds32_a2(const uint8_t *p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    // The second word only when unaligned (never a word past the data: rows end on the ring's pitch).
+    const uint32_t w0 = *reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
+    const uint32_t w1 = *reinterpret_cast<const uint32_t *>((a + 2) & ~(uintptr_t)3);
+    return __funnelshift_r(w0, w1, 8 * (uint32_t)(a & 3));
+}
+__device__ __forceinline__ uint32_t lds16(const uint8_t *p) { return *reinterpret_cast<const unsigned short *>(p); }
+__device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)h)); }
+// Bytes q in 0..63 to the signed bytes q - 32 (no carries between bytes).
+__device__ __forceinline__ uint32_t minus32(uint32_t q) {
+    const uint32_t t = q ^ 0x20202020u;
+    return t | ((t & 0x20202020u) * 6u);
+}
+// K4/K5 6-bit scale and min of sub-block j from the packed bytes (h.y, h.z, h.w = scales[0..11]).
+__device__ __forceinline__ void k_sc_m(const uint4 &h, int j, int &sc, int &m) {
+    const int jj = j & 3;
+    const uint32_t b0 = (h.y >> (8 * jj)) & 0xFFu, b1 = (h.z >> (8 * jj)) & 0xFFu, b2 = (h.w >> (8 * jj)) & 0xFFu;
+    sc = (int)(j >= 4 ? ((b2 & 0xFu) | ((b0 >> 6) << 4)) : (b0 & 63u));
+    m = (int)(j >= 4 ? ((b2 >> 4) | ((b1 >> 6) << 4)) : (b1 & 63u));
+}
+
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n));
+}
+
+// Rows [16 MT (W b + w), +16 MT) for tokens [0, 2 NT) of this launch (T live). See the file comment.
+template <class Ty, int NT, class G = Geo<Ty, NT>>
+__global__ void __launch_bounds__(G::W * 32) mul_mv_imma(const uint8_t *__restrict__ w, size_t row_stride, int rows,
+                                                          int cols, const uint2 *__restrict__ xq,
+                                                          const float *__restrict__ sxv, const float4 *__restrict__ xsum,
+                                                          int T, int steps, float *__restrict__ y) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    constexpr int KS = G::KS, P = pitch<Ty, KS>(), SB = Ty::kSB, GMAX = P / 16;
+    constexpr int kStages = G::S, kWarps = G::W, kMT = G::MT, kRW = 16 * kMT;
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const int gi = lane >> 2, c = lane & 3;
+    const int row0 = (blockIdx.x * kWarps + wp) * kRW;
+    if (row0 >= rows) return;
+    uint8_t *ring = smem + (size_t)wp * kStages * kRW * P;
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    const size_t row_bytes = (size_t)steps * SB;
+    const int nst = (steps + KS - 1) / KS;
+
+    // Issue stage st's copies into its slot: row r's window [lo, hi) of 16-byte granules, the
+    // bytes past the row's end zero-filled (never read past it).
+    auto issue = [&](int st) {
+        if (st < nst) {
+            const size_t o0 = (size_t)st * KS * SB;
+            const size_t o1 = o0 + (size_t)KS * SB < row_bytes ? o0 + (size_t)KS * SB : row_bytes;
+            const size_t lo = o0 & ~(size_t)15;
+            const int ng = (int)((o1 - lo + 15) / 16);
+            const uint32_t slot = ring_s + (uint32_t)((st % kStages) * kRW * P);
+            for (int i = lane; i < kRW * GMAX; i += 32) {
+                const int r = i / GMAX, k = i - r * GMAX;
+                if (k < ng) {
+                    const int gr = row0 + r < rows ? row0 + r : rows - 1;
+                    const size_t off = lo + 16 * (size_t)k;
+                    const size_t left = row_bytes - off;
+                    cp16(slot + (uint32_t)(r * P + 16 * k), w + (size_t)gr * row_stride + off, left < 16 ? (int)left : 16);
+                }
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+
+    // Tokens of n-tile nt held by this lane as C columns: token 2 nt + (c >> 1), planes 2 (c & 1) + {0, 1}.
+    float acc[kMT][NT][2];
+    int acci[kMT][NT][4];
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            acc[m][n][0] = acc[m][n][1] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acci[m][n][e] = 0;
+        }
+    // The lane's B column: token 2 nt + (gi >> 2), plane gi & 3.
+    const int btok_off = gi >> 2, bpl = gi & 3;
+    const int ctok_off = c >> 1;
+    const bool hi_pl = (c & 1) == 0;  // planes 0, 1: weight 2^16
+
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) issue(i);
+    for (int st = 0; st < nst; ++st) {
+        issue(st + kStages - 1);
+        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
+        __syncwarp();
+        const uint8_t *slot = ring + (st % kStages) * kRW * P;
+        const int lo = (int)(((size_t)st * KS * SB) & 15);  // the window's start within its granule
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            const int s = st * KS + ks;
+            if (s >= steps) break;
+            const int sb = lo + ks * SB;  // step s's first byte in the slot rows
+            // Per-token step data for the lane's C tokens.
+            float sxp[NT];
+            float4 xs4[NT];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const int t = 2 * n + ctok_off;
+                const float sx = t < T ? __ldg(sxv + (size_t)t * steps + s) : 0.0f;
+                sxp[n] = hi_pl ? __fmul_rn(sx, 65536.0f) : sx;
+                if (Ty::kMin) {
+                    xs4[n] = t < T ? __ldg(xsum + ((size_t)t * steps + s) * 2 + (c & 1)) : make_float4(0, 0, 0, 0);
+                }
+            }
+            const uint8_t *rowp[kMT][2];
+#pragma unroll
+            for (int m = 0; m < kMT; ++m) {
+                rowp[m][0] = slot + (16 * m + gi) * P + sb;
+                rowp[m][1] = slot + (16 * m + gi + 8) * P + sb;
+            }
+            // Block headers of the K types (one block per step).
+            uint4 hd[kMT][2];
+            uint32_t qh[kMT][2][2];
+            if (Ty::kFam == kFamK) {
+#pragma unroll
+                for (int m = 0; m < kMT; ++m)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        hd[m][h] = *reinterpret_cast<const uint4 *>(rowp[m][h]);
+                        if (Ty::kId == 13) {
+                            qh[m][h][0] = lds32(rowp[m][h] + 16 + 4 * c);
+                            qh[m][h][1] = lds32(rowp[m][h] + 32 + 4 * c);
+                        }
+                    }
+            }
+#pragma unroll G::GU
+            for (int g = 0; g < 8; ++g) {
+                // B fragments of the NT n-tiles.
+                uint2 b[NT];
+#pragma unroll
+                for (int n = 0; n < NT; ++n) {
+                    const int t = 2 * n + btok_off;
+                    b[n] = t < T ? __ldg(xq + (((size_t)t * steps + s) * 8 + g) * 16 + 4 * bpl + c) : make_uint2(0, 0);
+                }
+#pragma unroll
+                for (int m = 0; m < kMT; ++m) {
+                    uint32_t alo[2], ahi[2];  // rows gi, gi + 8: cols 4c.. and 16 + 4c..
+                    int sc[2], sc2[2];
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const uint8_t *rp = rowp[m][h];
+                        if constexpr (Ty::kId == 12) {
+                            const uint8_t *qs = rp + 16 + 32 * (g >> 1) + 4 * c;
+                            const int sh = 4 * (g & 1);
+                            alo[h] = (lds32(qs) >> sh) & 0x0F0F0F0Fu;
+                            ahi[h] = (lds32(qs + 16) >> sh) & 0x0F0F0F0Fu;
+                            int mm;
+                            k_sc_m(hd[m][h], g, sc[h], mm);
+                        } else if constexpr (Ty::kId == 13) {
+                            const uint8_t *qs = rp + 48 + 32 * (g >> 1) + 4 * c;
+                            const int sh = 4 * (g & 1);
+                            alo[h] = ((lds32(qs) >> sh) & 0x0F0F0F0Fu) | (((qh[m][h][0] >> g) & 0x01010101u) << 4);
+                            ahi[h] = ((lds32(qs + 16) >> sh) & 0x0F0F0F0Fu) | (((qh[m][h][1] >> g) & 0x01010101u) << 4);
+                            int mm;
+                            k_sc_m(hd[m][h], g, sc[h], mm);
+                        } else {  // Q6_K: group g = (half hh = g / 4, quarter qq = g % 4)
+                            const int hh = g >> 2, qq = g & 3, ns = 4 * (qq >> 1), hs = 2 * qq;
+                            const uint8_t *ql = rp + 64 * hh + 32 * (qq & 1) + 4 * c, *qhp = rp + 128 + 32 * hh + 4 * c;
+                            alo[h] = minus32(((lds32_a2(ql) >> ns) & 0x0F0F0F0Fu) | (((lds32_a2(qhp) >> hs) & 0x03030303u) << 4));
+                            ahi[h] = minus32(((lds32_a2(ql + 16) >> ns) & 0x0F0F0F0Fu) |
+                                             (((lds32_a2(qhp + 16) >> hs) & 0x03030303u) << 4));
+                            const uint32_t s2 = lds16(rp + 192 + 2 * g);
+                            sc[h] = (int)(int8_t)(s2 & 0xFFu);
+                            sc2[h] = (int)(int8_t)(s2 >> 8);
+                        }
+                    }
+#pragma unroll
+                    for (int n = 0; n < NT; ++n) {
+                        if constexpr (Ty::kFam == kFamQ6) {
+                            int dl[4], dh[4];
+                            mma_k16(alo[0], alo[1], b[n].x, dl);
+                            mma_k16(ahi[0], ahi[1], b[n].y, dh);
+#pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                acci[m][n][e] += sc[e >> 1] * dl[e] + sc2[e >> 1] * dh[e];
+                        } else {
+                            int d[4];
+                            mma_k32(alo[0], alo[1], ahi[0], ahi[1], b[n].x, b[n].y, d);
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) acci[m][n][e] += sc[e >> 1] * d[e];
+                        }
+                    }
+                }
+            }
+            {
+                // The f32 epilogue per super-block: d * (planes) * sx - dmin * sum_j m_j xs_j.
+#pragma unroll
+                for (int m = 0; m < kMT; ++m)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        float d, dmin = 0.0f;
+                        int mj[4] = {0, 0, 0, 0};
+                        if constexpr (Ty::kFam == kFamK) {
+                            d = f16f(hd[m][h].x & 0xFFFFu);
+                            dmin = f16f(hd[m][h].x >> 16);
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                int scx;
+                                k_sc_m(hd[m][h], 4 * (c & 1) + i, scx, mj[i]);
+                            }
+                        } else {
+                            d = f16f(lds16(rowp[m][h] + 208));
+                        }
+#pragma unroll
+                        for (int n = 0; n < NT; ++n) {
+                            const float f = fmaf(__int2float_rn(acci[m][n][2 * h]), 256.0f, __int2float_rn(acci[m][n][2 * h + 1]));
+                            float a = fmaf(d, __fmul_rn(f, sxp[n]), acc[m][n][h]);
+                            if constexpr (Ty::kMin) {
+                                float mn = __fmul_rn((float)mj[0], xs4[n].x);
+                                mn = fmaf((float)mj[1], xs4[n].y, mn);
+                                mn = fmaf((float)mj[2], xs4[n].z, mn);
+                                mn = fmaf((float)mj[3], xs4[n].w, mn);
+                                a = fmaf(-dmin, mn, a);
+                            }
+                            acc[m][n][h] = a;
+                            acci[m][n][2 * h] = acci[m][n][2 * h + 1] = 0;
+                        }
+                    }
+            }
+        }
+        __syncwarp();  // every lane done with this slot before a later issue overwrites it
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float lo23 = __shfl_xor_sync(0xFFFFFFFFu, acc[m][n][h], 1);
+                const int r = row0 + 16 * m + gi + 8 * h, t = 2 * n + ctok_off;
+                if (hi_pl && r < rows && t < T) y[(size_t)t * rows + r] = __fadd_rn(acc[m][n][h], lo23);
+            }
+}
+
+// This thread's current device as one bit; 0 for devices 64 and up (their set-up then runs on
+// every call).
+inline uint64_t device_bit() {
+    int dev = 0;
+    LMT_CUDA_CHECK(cudaGetDevice(&dev));
+    return dev < 64 ? (uint64_t)1 << dev : 0;
+}
+
+template <class Ty, int NT, class G = Geo<Ty, NT>>
+void launch_nt(const uint8_t *w, size_t row_stride, int rows, int cols, const uint2 *xq, const float *sxv,
+               const float4 *xs, int T, int steps, float *y, cudaStream_t st) {
+    // The shared-memory opt-in is per device: once per (kernel, device), racing callers only repeat it.
+    static std::atomic<uint64_t> done{0};
+    const uint64_t bit = device_bit();
+    if (!(done.load(std::memory_order_relaxed) & bit)) {
+        LMT_CUDA_CHECK(cudaFuncSetAttribute(mul_mv_imma<Ty, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<Ty, NT>()));
+        done.fetch_or(bit, std::memory_order_relaxed);
+    }
+    constexpr int rows_per_cta = 16 * G::MT * G::W;
+    const dim3 grid((unsigned)((rows + rows_per_cta - 1) / rows_per_cta)), block(32 * G::W);
+    mul_mv_imma<Ty, NT><<<grid, block, smem_bytes<Ty, NT>(), st>>>(w, row_stride, rows, cols, xq, sxv, xs, T, steps, y);
+}
+
+// Tokens in groups of 8 (one launch each, the weights read once per group); a group of n tokens
+// runs ceil(n / 2) n-tiles rounded up to {1, 2, 4}. The scratch (x planes) is stream-ordered.
+template <class Ty>
+void launch(const uint8_t *w, size_t row_stride, int rows, int cols, const float *x, int T, float *y, cudaStream_t st) {
+    const int steps = (cols + 255) / 256;
+    const size_t nq = (size_t)T * steps * 128, ns = (size_t)T * steps, nx = Ty::kMin ? (size_t)T * steps * 2 : 0;
+    // The stream-ordered pool keeps its memory between calls (the default threshold 0 returns it at
+    // every synchronisation, and the next call pays for the mapping again).
+    static std::atomic<uint64_t> kept{0};
+    const uint64_t bit = device_bit();
+    if (!(kept.load(std::memory_order_relaxed) & bit)) {
+        int dev = 0;
+        cudaMemPool_t pool;
+        if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+            uint64_t keep = (uint64_t)64 << 20;  // at most 64 MB kept (the planes are 4 B per element)
+            cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        }
+        kept.fetch_or(bit, std::memory_order_relaxed);
+    }
+    uint8_t *buf = nullptr;
+    const size_t bytes = nq * sizeof(uint2) + nx * sizeof(float4) + ns * sizeof(float);
+    LMT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&buf), bytes, st));
+    uint2 *xq = reinterpret_cast<uint2 *>(buf);
+    float4 *xs = Ty::kMin ? reinterpret_cast<float4 *>(buf + nq * sizeof(uint2)) : nullptr;
+    float *sxv = reinterpret_cast<float *>(buf + nq * sizeof(uint2) + nx * sizeof(float4));
+    const int warps = T * steps;
+    imma_prep_x<<<(warps + 7) / 8, 256, 0, st>>>(x, T, cols, steps, xq, sxv, xs);
+    for (int t0 = 0; t0 < T; t0 += 8) {
+        const int n = T - t0 < 8 ? T - t0 : 8;
+        const uint2 *q = xq + (size_t)t0 * steps * 128;
+        const float *sv = sxv + (size_t)t0 * steps;
+        const float4 *xv = xs ? xs + (size_t)t0 * steps * 2 : nullptr;
+        float *ys = y + (size_t)t0 * rows;
+        if (n <= 2) launch_nt<Ty, 1>(w, row_stride, rows, cols, q, sv, xv, n, steps, ys, st);
+        else if (n <= 4) launch_nt<Ty, 2>(w, row_stride, rows, cols, q, sv, xv, n, steps, ys, st);
+        else launch_nt<Ty, 4>(w, row_stride, rows, cols, q, sv, xv, n, steps, ys, st);
+    }
+    LMT_CUDA_CHECK(cudaFreeAsync(buf, st));
+}
+
+}  // namespace imma
