@@ -1,7 +1,7 @@
 // The K quants (Q4_K, Q5_K, Q6_K) on integer tensor cores, batch invariant. Included by mul_mv.cu
 // (one translation unit; its type table routes these three types here). Q4_0 and Q8_0 ran slower
-// than the f32 kernel at T = 1 this way (docs/NOTES.md) and stay there; their variant is kept in
-// bench/cuda/mul_mv_imma_with_q0.cuh.
+// than the f32 kernel at T = 1 this way (docs/NOTES.md) and stay there (their variant: git history,
+// bench/cuda/mul_mv_imma_with_q0.cuh at 8d50482).
 //
 // * x is prepared once per call (imma_prep_x): per token and 256-column step a power of two sx =
 //   2^e (|x| / sx < 2^30 over the step) and X = rint(x / sx) as four balanced signed byte planes,
