@@ -254,30 +254,33 @@ static int check_types() {
     return fails;
 }
 
+// The device-to-device copy bandwidth (read + write bytes, 2 GiB, median of 11), printed.
+static double copy_bandwidth_gbs() {
+    const size_t n = (size_t)1 << 31;
+    Dev a(n), b(n);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<float> ms;
+    for (int i = 0; i < 11; ++i) {
+        cudaEventRecord(e0);
+        cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float m;
+        cudaEventElapsedTime(&m, e0, e1);
+        ms.push_back(m);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double gbs = 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e9;
+    std::printf("copy bandwidth (device-to-device, read + write, 2 GiB): %.0f GB/s\n", gbs);
+    return gbs;
+}
+
 // Per-type speed at rows x cols (a 4096-row slab tiled), T = 1, 2, 4, 8, 16, against the
 // device-to-device copy bandwidth measured here (read + write bytes).
 static void bench_types(int rows, int cols, int reps) {
-    double copy_gbs = 0;
-    {
-        const size_t n = (size_t)1 << 31;
-        Dev a(n), b(n);
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        std::vector<float> ms;
-        for (int i = 0; i < 11; ++i) {
-            cudaEventRecord(e0);
-            cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
-            cudaEventRecord(e1);
-            cudaEventSynchronize(e1);
-            float m;
-            cudaEventElapsedTime(&m, e0, e1);
-            ms.push_back(m);
-        }
-        std::sort(ms.begin(), ms.end());
-        copy_gbs = 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e9;
-        std::printf("copy bandwidth (device-to-device, read + write, 2 GiB): %.0f GB/s\n", copy_gbs);
-    }
+    const double copy_gbs = copy_bandwidth_gbs();
     std::printf("| type | weights MB | floor ms | T=1 ms (%% copy) | T=2 | T=4 | T=8 | T=16 |\n|---|---|---|---|---|---|---|---|\n");
     std::mt19937 rng(9);
     std::normal_distribution<float> nd(0.0f, 0.02f), xd(0.0f, 1.0f);
@@ -328,27 +331,7 @@ static void bench_types(int rows, int cols, int reps) {
 // A/B of the quantised types: A = the f32 CUDA-core kernel (forced), B = the product (integer
 // tensor cores), interleaved A B A B per (type, T), medians of reps each.
 static void bench_ab(int rows, int cols, int reps, bool all_t) {
-    double copy_gbs = 0;
-    {
-        const size_t n = (size_t)1 << 31;
-        Dev a(n), b(n);
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        std::vector<float> ms;
-        for (int i = 0; i < 11; ++i) {
-            cudaEventRecord(e0);
-            cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
-            cudaEventRecord(e1);
-            cudaEventSynchronize(e1);
-            float m;
-            cudaEventElapsedTime(&m, e0, e1);
-            ms.push_back(m);
-        }
-        std::sort(ms.begin(), ms.end());
-        copy_gbs = 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e9;
-        std::printf("copy bandwidth (device-to-device, read + write, 2 GiB): %.0f GB/s\n", copy_gbs);
-    }
+    const double copy_gbs = copy_bandwidth_gbs();
     std::printf("| type | floor ms | T | f32 kernel ms (%% copy) | imma ms (%% copy) | B/A |\n|---|---|---|---|---|---|\n");
     std::mt19937 rng(9);
     std::normal_distribution<float> nd(0.0f, 0.02f), xd(0.0f, 1.0f);
