@@ -280,7 +280,11 @@ def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
     r = 0
     # With helpers, rows start as soon as they are planned and are finished as they come back,
     # so this thread's Python work overlaps the helpers' rows (the GIL is never needed by them).
-    job = _core.SamplingRows(x, B, threads) if threads > 1 and B > 1 else None
+    # A grammar row whose draw its grammar rejects is resampled on its mask: with helpers it joins
+    # the same job (index B + j) as soon as it is found, so the resamples overlap the finishing
+    # of the other rows instead of waiting for all of them.
+    G = sum(g is not None for g in grammars)
+    job = _core.SamplingRows(x, B + G, threads) if threads > 1 and B > 1 else None
     try:
         plans = []
         items = []
@@ -300,7 +304,8 @@ def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
             else:
                 job.add((r, c._buf, p[0], None))
         res = _core.sampling_run_rows(x, items, 1) if job is None else None
-        again = []
+        again = []  # (row, plan) of the resamples, in the order they were added
+        items = []
         for r in range(B):
             c, g = chains[r], grammars[r]
             try:
@@ -309,29 +314,31 @@ def _sample_rows(chains, x, grammars, threads: int, note=None) -> np.ndarray:
                 _rollback(c, saved[r])
                 out[r] = common_sample(c, x[r], g)
                 continue
-            if g is not None and not g.allows(tok):
-                again.append(r)
             out[r] = tok
-        if again:  # llama-server's resample: the whole chain again on the masked row
-            plans = {}
-            items = []
-            for r in list(again):
-                m = grammars[r].mask()
-                if not (isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.shape == (x.shape[1],)):
-                    # not a mask of n_vocab flags: the single-row path (and its error, if any)
-                    again.remove(r)
-                    _rollback(chains[r], saved[r])
-                    out[r] = common_sample(chains[r], x[r], grammars[r])
-                    continue
-                plans[r] = _plan(chains[r])
-                items.append((r, chains[r]._buf, plans[r][0], np.ascontiguousarray(m)))
-            res = _core.sampling_run_rows(x, items, threads) if items else []
-            for r, rr in zip(again, res):
-                try:
-                    out[r] = _finish(chains[r], plans[r], rr, True)
-                except _RowFallback:
-                    _rollback(chains[r], saved[r])
-                    out[r] = common_sample(chains[r], x[r], grammars[r])
+            if g is None or g.allows(tok):
+                continue
+            # llama-server's resample: the whole chain again on the masked row (the row's
+            # buffer is free again: its first result was read above)
+            m = g.mask()
+            if not (isinstance(m, np.ndarray) and m.dtype == np.bool_ and m.shape == (x.shape[1],)):
+                # not a mask of n_vocab flags: the single-row path (and its error, if any)
+                _rollback(c, saved[r])
+                out[r] = common_sample(c, x[r], g)
+                continue
+            p = _plan(c)
+            item = (r, c._buf, p[0], np.ascontiguousarray(m))
+            if job is None:
+                items.append(item)
+            else:
+                job.add(item)
+            again.append((r, p))
+        res2 = _core.sampling_run_rows(x, items, threads) if items else None
+        for j, (r, p) in enumerate(again):
+            try:
+                out[r] = _finish(chains[r], p, job.result(B + j) if res2 is None else res2[j], True)
+            except _RowFallback:
+                _rollback(chains[r], saved[r])
+                out[r] = common_sample(chains[r], x[r], grammars[r])
     except BaseException as e:
         if job is not None:
             job.close()  # before any state is put back: no row runs after this
