@@ -355,3 +355,54 @@ def test_bad_use_is_typed():
         lmtail.ops.matvec(q[:, :33], np.ones(32, np.float32), "Q8_0", precision="ggml")
     with pytest.raises(lmtail.ParameterError):
         lmtail.ops.matvec(q, np.ones(64, np.float32), "Q8_0", precision="ggml2")
+
+
+_AMX_CASES = """
+import hashlib, sys
+import numpy as np
+import lmtail
+rng = np.random.default_rng(7)
+out = []
+for dtype, bb in (("Q4_0", 18), ("Q8_0", 34), ("F16", None)):
+    for rows, cols in ((32, 32), (64, 512), (96, 2816), (160, 1024)):
+        if bb is None:
+            w = (rng.standard_normal((rows, cols)) * 0.1).astype(np.float16)
+            w[3, :7] = [np.inf, -np.inf, np.nan, 65504, -0.0, 6e-8, 1e-5]  # specials, subnormals
+            w = w.view(np.uint8).reshape(rows, 2 * cols)
+        else:
+            # raw random bytes (every code, Q8_0's -128 too; NaN / inf / subnormal scales in rows
+            # 0-1), sane fp16 scales in the other rows
+            w = rng.integers(0, 256, (rows, cols // 32, bb), dtype=np.uint8)
+            d = (rng.standard_normal((rows - 2, cols // 32)) * 0.01).astype(np.float16)
+            w[2:, :, :2] = d.view(np.uint8).reshape(rows - 2, cols // 32, 2)
+            w = w.reshape(rows, -1)
+        for T in (1, 2, 5, 9):
+            x = (rng.standard_normal((T, cols)) * 3).astype(np.float32)
+            x[-1, 1] = 3e4  # an outlier that sets its block's activation scale
+            y = lmtail.ops.matvec(w, x, dtype, precision="ggml", isa="amx", threads=2)
+            out.append(hashlib.sha256(y.tobytes()).hexdigest())
+print(" ".join(out))
+"""
+
+
+@needs_x86
+def test_amx_build_512_bit_rows_equal_the_avx2_rows():
+    """The AMX build's Q4_0 / Q8_0 / F16 kernels run 512-bit code where lmtail's ISA is avx512
+    (ggml_amx_avx512.cpp) and AVX2 code otherwise (LMTAIL_ISA=avx2 here): the same bytes on raw
+    random blocks (every code byte, non-finite and subnormal scales), special F16 weights and
+    activation outliers, T = 1 .. 9. The AVX2 rows are the ones compared with the oracle on AVX2
+    hosts; on this host the oracle byte tests above run the 512-bit rows."""
+    import os
+    import subprocess
+    import sys
+
+    if not (_core.isa_available("avx512") and _core.isa_available("avx2")):
+        pytest.skip("needs lmtail's avx512 tier (the 512-bit rows) and avx2 on this CPU")
+
+    def run(isa):
+        env = dict(os.environ, LMTAIL_ISA=isa)
+        return subprocess.run([sys.executable, "-c", _AMX_CASES], env=env, check=True, capture_output=True,
+                              text=True).stdout.split()
+
+    wide, narrow = run("avx512"), run("avx2")
+    assert len(wide) == 3 * 4 * 4 and wide == narrow

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cpu/types/types.hpp"
+#include "lmtail/blocks/q8_0.h"
 
 namespace lmt::cpu {
 
@@ -25,7 +26,14 @@ namespace lmt::cpu {
 // kernels or F16, rows % 32 == 0, cols a multiple of the type's block; F16: of 16).
 bool ggml_amx_takes(WeightType type, int64_t rows, int64_t cols);
 
-// The AMX build's logits for a weight ggml_amx_takes (x86 builds: AVX2 + F16C code).
+// The AMX build's logits for a weight ggml_amx_takes (x86 builds: AVX2 + F16C code; Q4_0, Q8_0
+// and F16 run the 512-bit rows below where lmtail's ISA resolves to avx512).
 void ggml_amx_matvec(WeightType type, const MatvecCall &c);
+
+// ggml_amx_avx512.cpp: rows [r0, r1) of Q4_0 (q4) / Q8_0 from the activations the AVX2 file
+// quantised (xq, xd: block i of all T rows; xsum: each block's sum of codes), and of F16.
+void ggml_amx_q0_rows_avx512(bool q4, const MatvecCall &c, const lmt_block_q8_0 *xq, const float *xd,
+                             const int32_t *xsum, int64_t r0, int64_t r1);
+void ggml_amx_f16_rows_avx512(const MatvecCall &c, int64_t r0, int64_t r1);
 
 }  // namespace lmt::cpu

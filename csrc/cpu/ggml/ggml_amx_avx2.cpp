@@ -94,14 +94,23 @@ void q0_rows(const MatvecCall &c, const ggml_x86::Q8_0Acts &xa, const std::vecto
     }
 }
 
+// The 512-bit rows where lmtail's own ISA resolves to avx512 (LMTAIL_ISA=avx2 keeps this file's
+// rows: the reference the tests compare them with); its gather of the row scales needs the
+// group's byte offsets in int32.
+bool use_avx512_rows(const MatvecCall &c) {
+    return resolve_isa(Isa::Auto) == Isa::Avx512 && c.row_stride <= (size_t)INT32_MAX / 16;
+}
+
 template <bool kQ4>
 void q0_matvec(const MatvecCall &c) {
     const ggml_x86::Q8_0Acts xa(c.x, c.T, c.cols);
-    // Per activation block: Q8_0 its even and odd bytes sign-extended to int16, Q4_0 its sum.
+    const bool wide = use_avx512_rows(c);
+    // Per activation block: its sum of codes (Q4_0, and Q8_0 on the 512-bit rows); for the AVX2
+    // rows Q8_0's even and odd bytes sign-extended to int16.
     std::vector<__m256i> xp;
     std::vector<int32_t> xsum;
     for (const lmt_block_q8_0 &blk : xa.q) {
-        if constexpr (kQ4) {
+        if (kQ4 || wide) {
             int32_t sum = 0;
             for (int i = 0; i < 32; ++i) sum += blk.qs[i];
             xsum.push_back(sum);
@@ -111,7 +120,12 @@ void q0_matvec(const MatvecCall &c) {
             xp.push_back(_mm256_srai_epi16(v, 8));
         }
     }
-    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) { q0_rows<kQ4>(c, xa, xp, xsum, r0, r1); });
+    for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
+        if (wide)
+            ggml_amx_q0_rows_avx512(kQ4, c, xa.q.data(), xa.d.data(), xsum.data(), r0, r1);
+        else
+            q0_rows<kQ4>(c, xa, xp, xsum, r0, r1);
+    });
 }
 
 // K types: kRows weight rows at a time (a short last group repeats its last row and stores only
@@ -168,6 +182,8 @@ void k_matvec(const MatvecCall &c) {
 // f16 rounding, unlike vec_dot), one 16-lane accumulator per (row, t) over cols in steps of 16,
 // acc = fma(x, w, acc), then _mm512_reduce_add_ps (GCC's order: reduce16).
 void f16_matvec(const MatvecCall &c) {
+    if (use_avx512_rows(c))
+        return for_row_tasks(c.n_threads, c.rows, 32, [&](int64_t r0, int64_t r1) { ggml_amx_f16_rows_avx512(c, r0, r1); });
     using ggml_x86::F16W;
     using ggml_x86::V16;
     // Up to 2 weight rows x 2 activation rows per pass: 8 independent accumulator halves (one
