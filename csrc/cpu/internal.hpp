@@ -31,6 +31,10 @@
 namespace lmt::cpu {
 
 Isa resolve_isa(Isa isa);
+// The kernel family of a resolved isa. NeonDot is a superset of Neon with the same bytes: every
+// type dispatches on the family and only the integer kernels that have a dotprod variant look
+// further (MatvecCall::dotprod), so a type without one runs its NEON kernel unchanged.
+constexpr Isa kernel_family(Isa isa) { return isa == Isa::NeonDot ? Isa::Neon : isa; }
 
 // A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
 // loads then never split a cache line (a split 512-bit load costs about two).
@@ -289,6 +293,7 @@ struct MatvecI16Args {
     const uint8_t *xr = nullptr;    // I24 only: (T, cols) residual, natural order
     const float *dxr = nullptr;     // I24 only: (T, cols/256)
 };
+
 void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);

@@ -55,7 +55,8 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     if (row_stride < row_bytes)
         fail_arg("matvec_q5_k: row stride " + std::to_string(row_stride) + " < row bytes " + std::to_string(row_bytes));
     if (rows == 0) return;
-    const Isa resolved = resolve_isa(isa);
+    const Isa ri = resolve_isa(isa), resolved = kernel_family(ri);
+    [[maybe_unused]] const bool dotprod = ri == Isa::NeonDot;
     // 64 rows per task: ~290 KB of weights, large enough to amortise scheduling, small enough
     // that two threads finish within a few microseconds of each other.
     constexpr int64_t kRowsPerTask = 64;
@@ -159,7 +160,8 @@ void q5_k_matvec(const MatvecCall &c) {
 #endif
         return;
     }
-    matvec_q5_k(c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits, c.n_threads, c.isa, c.precision);
+    matvec_q5_k(c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits, c.n_threads, c.dotprod ? Isa::NeonDot : c.isa,
+                c.precision);
 }
 }  // namespace
 
