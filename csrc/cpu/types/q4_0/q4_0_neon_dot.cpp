@@ -9,9 +9,9 @@
 // + sum_B r), the same exact integer as the reference's sum of (q - 8) terms. Bounds per lane:
 // |sdot| <= 4 * 15 * 128, the A sum <= 4 * 15 * 32767 < 2^18, its * 256 and the rest stay below
 // 2^30, so the signed / unsigned dots that share a register (mod 2^32 adds) are exact.
-// Against the plain NEON kernel, per 32 weights and activation row: 4 dots + 2 shifts + 2 mla
-// (integers) and 2 + 2 + 1 (convert, fma, scale) where it takes 4 widenings, 8 vmull, 4 vmul,
-// 4 vpaddl and 8 pair / lane adds; the weight unpack per block is tbl + 2 and + 2 shifts.
+// Against the plain NEON kernel, per 32 weights and activation row: 2 sdot + 4 udot + 2 shifts +
+// 2 mla (integers) and 2 + 2 + 1 (convert, fma, scale) where it takes 4 widenings, 8 vmull,
+// 4 vmul, 4 vpaddl and 8 pair / lane adds; the weight unpack per block is tbl + 2 and + 2 shifts.
 #include <arm_neon.h>
 
 #include <cstring>
