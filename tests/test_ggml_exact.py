@@ -214,7 +214,7 @@ def test_k_types_reproduce_the_x86_avx2_and_avx512_builds():
 def test_other_ggml_builds_refused(dtype):
     q = quantize(dtype, np.random.default_rng(0).standard_normal((8, 256)).astype(np.float32))
     x = np.ones(256, np.float32)
-    for isa in sorted({"avx2", "avx512", "scalar", "neon"} - set(BUILDS[dtype])):
+    for isa in sorted({"avx2", "avx512", "scalar", "neon", "neon_dotprod"} - set(BUILDS[dtype])):
         with pytest.raises(errors.UnsupportedError, match="ggml"):
             ggml_mv(q, x, dtype, isa=isa)
 

@@ -261,7 +261,7 @@ def _isas() -> list:
     """lmtail's CPU matvec paths on this machine ("auto" first)."""
     from lmtail import _core
 
-    return ["auto"] + [i for i in ("scalar", "avx2", "avx512", "neon") if _core.isa_available(i)]
+    return ["auto"] + [i for i in ("scalar", "avx2", "avx512", "neon", "neon_dotprod") if _core.isa_available(i)]
 
 
 def _rel_l2(y: np.ndarray, ref: np.ndarray) -> float:

@@ -74,7 +74,7 @@ def awkward(rng, rows, cols):
 
 
 PRECISIONS = [p for t in _core.cpu_types() if t["id"] == Q4_0 for p in t["precisions"] if p != "ggml"]  # "ggml": test_ggml_exact*
-SIMD = ["avx2", "avx512", "neon"]
+SIMD = ["avx2", "avx512", "neon", "neon_dotprod"]
 
 
 def test_table_row():
@@ -439,6 +439,10 @@ int main() {
                 c.isa = Isa::Neon;
                 kCpuQ4_0.matvec(c);
                 expect_equal(ref, got, p == Precision::F32 ? "f32" : "i24", rows, cols, T);
+                c.dotprod = true;  // Isa::NeonDot as the checked entry passes it
+                std::fill(got.begin(), got.end(), -1.0f);
+                kCpuQ4_0.matvec(c);
+                expect_equal(ref, got, p == Precision::F32 ? "f32 dotprod" : "i24 dotprod", rows, cols, T);
             }
             // The I24 kernels on activations at their bounds.
             std::vector<int16_t> xa(T * cols);
@@ -455,6 +459,15 @@ int main() {
             canonical_nans(ref);
             canonical_nans(got);
             expect_equal(ref, got, "i24 kernel", rows, cols, T);
+            // The dotprod kernel on the same bounds (its records split a at +-32767 into bytes).
+            std::vector<int32_t> c1(nb * 8);
+            std::vector<uint8_t> xd(T * nb * q4_0::kI24DotRecord);
+            q4_0::dot_layout(a, c1.data(), xd.data());
+            b.xd = xd.data();
+            std::fill(got.begin(), got.end(), -1.0f);
+            for (int64_t r0 = 0; r0 < rows; r0 += 64) q4_0::matvec_i24_neon_dot(b, r0, r0 + 64 < rows ? r0 + 64 : rows);
+            canonical_nans(got);
+            expect_equal(ref, got, "i24 dotprod kernel", rows, cols, T);
         }
     }
     std::printf("q4_0 neon parity: %d/%d checks equal\n", checks - failures, checks);
@@ -477,9 +490,14 @@ def test_neon_paths_equal_scalar_bytes_under_qemu(tmp_path):
     d = os.path.join(root, "csrc", "cpu", "types", "q4_0")
     src, exe = tmp_path / "q4_0_neon_parity.cc", str(tmp_path / "q4_0_neon_parity")
     src.write_text(_NEON_PARITY_CC)
-    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1",
-                    "-I", os.path.join(root, "csrc"), "-I", os.path.join(root, "csrc", "include"), str(src),
-                    os.path.join(d, "q4_0.cpp"), os.path.join(d, "q4_0_neon.cpp"), "-o", exe], check=True)
-    r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
+    flags = ["-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1",
+             "-I", os.path.join(root, "csrc"), "-I", os.path.join(root, "csrc", "include")]
+    dot = str(tmp_path / "q4_0_neon_dot.o")  # the dotprod file alone gets +dotprod, as in CMakeLists.txt
+    subprocess.run([cxx, *flags, "-march=armv8.2-a+dotprod", "-c", os.path.join(d, "q4_0_neon_dot.cpp"), "-o", dot],
+                   check=True)
+    subprocess.run([cxx, *flags, str(src), os.path.join(d, "q4_0.cpp"), os.path.join(d, "q4_0_neon.cpp"), dot,
+                    "-o", exe], check=True)
+    # -cpu max: a CPU with the dot product (the driver calls the dotprod kernel directly).
+    r = subprocess.run([qemu, "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "checks equal" in r.stdout, r.stdout

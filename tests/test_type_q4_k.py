@@ -62,7 +62,7 @@ def matvec(w, cols, x, threads=1, isa="auto", precision="default"):
 
 
 def simd_isas():
-    return ["avx2", "avx512", "neon"]
+    return ["avx2", "avx512", "neon", "neon_dotprod"]
 
 
 def weights(rows, cols, seed=0, scale=1.0):
@@ -369,9 +369,14 @@ def test_neon_paths_equal_scalar_bytes_under_qemu(tmp_path):
     srcs.append(os.path.join(root, "csrc", "cpu", "activations_k.cpp"))
     srcs.append(os.path.join(root, "tests", "cpp", "neon", "q4_k_parity.cc"))
     exe = str(tmp_path / "q4k_neon_parity")
-    subprocess.run([cxx, "-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1", "-I", os.path.join(root, "csrc"),
-                    "-I", os.path.join(root, "csrc", "include"), *srcs, "-o", exe, "-lpthread"], check=True)
-    r = subprocess.run([qemu, "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
+    flags = ["-O2", "-std=c++17", "-ffp-contract=off", "-DLMTAIL_HAVE_NEON=1", "-I", os.path.join(root, "csrc"),
+             "-I", os.path.join(root, "csrc", "include")]
+    dot = str(tmp_path / "q4_k_neon_dot.o")  # the dotprod file alone gets +dotprod, as in CMakeLists.txt
+    subprocess.run([cxx, *flags, "-march=armv8.2-a+dotprod", "-c", os.path.join(d, "q4_k_neon_dot.cpp"), "-o", dot],
+                   check=True)
+    subprocess.run([cxx, *flags, *srcs, dot, "-o", exe, "-lpthread"], check=True)
+    # -cpu max: a CPU with the dot product (the driver runs isa neon and neon_dotprod).
+    r = subprocess.run([qemu, "-cpu", "max", "-L", "/usr/aarch64-linux-gnu", exe], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
 
 # ---- i24 with activation outliers (taken out and added back, or the f32 kernel) -------------

@@ -9,6 +9,12 @@
 #if defined(LMTAIL_HAVE_X86)
 #include <cpuid.h>
 #endif
+#if defined(LMTAIL_HAVE_NEON) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
+#if defined(LMTAIL_HAVE_NEON) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 #include "lmtail/cpu.hpp"
 
@@ -20,6 +26,27 @@ namespace {
 bool has_f16c() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+}  // namespace
+#endif
+
+#if defined(LMTAIL_HAVE_NEON)
+namespace {
+// ARMv8.2 dot product (sdot / udot): the kernel files built with +dotprod run only where this
+// says so, so a plain ARMv8.0 CPU never meets an sdot.
+bool has_dotprod() {
+#if defined(__linux__)
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // arch/arm64/include/uapi/asm/hwcap.h (older libc headers lack it)
+#endif
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__APPLE__)
+    int v = 0;
+    size_t n = sizeof v;
+    return sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &n, nullptr, 0) == 0 && v != 0;
+#else
+    return false;
+#endif
 }
 }  // namespace
 #endif
@@ -40,6 +67,8 @@ bool isa_available(Isa isa) {
 #if defined(LMTAIL_HAVE_NEON)
         case Isa::Neon:
             return true;
+        case Isa::NeonDot:
+            return has_dotprod();
 #endif
         default:
             return false;
@@ -54,7 +83,9 @@ Isa env_isa() {
     if (!std::strcmp(e, "avx2")) return Isa::Avx2;
     if (!std::strcmp(e, "avx512")) return Isa::Avx512;
     if (!std::strcmp(e, "neon")) return Isa::Neon;
-    throw ArgumentError(std::string("LMTAIL_ISA: expected one of scalar, avx2, avx512, neon; found '") + e + "'");
+    if (!std::strcmp(e, "neon_dotprod")) return Isa::NeonDot;
+    throw ArgumentError(std::string("LMTAIL_ISA: expected one of scalar, avx2, avx512, neon, neon_dotprod; found '") +
+                        e + "'");
 }
 }  // namespace
 
@@ -64,6 +95,7 @@ Isa resolve_isa(Isa isa) {
     if (isa == Isa::Auto) {
         if (isa_available(Isa::Avx512)) return Isa::Avx512;
         if (isa_available(Isa::Avx2)) return Isa::Avx2;
+        if (isa_available(Isa::NeonDot)) return Isa::NeonDot;
         if (isa_available(Isa::Neon)) return Isa::Neon;
         return Isa::Scalar;
     }
@@ -79,6 +111,7 @@ const char *isa_name(Isa isa) {
         case Isa::Avx512: return "avx512";
         case Isa::Neon: return "neon";
         case Isa::Amx: return "amx";
+        case Isa::NeonDot: return "neon_dotprod";
     }
     return "unknown";
 }

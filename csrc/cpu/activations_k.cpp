@@ -109,6 +109,22 @@ void pass_major(V *a, int64_t T, int64_t nb, int64_t E, bool swap_chunks) {
 }
 }  // namespace
 
+void k_dot_layout(const int16_t *xq, const uint8_t *xr, int64_t T, int64_t cols, int8_t *xd) {
+    const int64_t nb = cols / LMT_QK_K;
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t b = 0; b < nb; ++b) {
+            const int16_t *a = xq + t * cols + b * LMT_QK_K;
+            const uint8_t *r = xr + t * cols + b * LMT_QK_K;
+            int8_t *o = xd + (t * nb + b) * kKDotRecord;
+            for (int i = 0; i < LMT_QK_K; ++i) {
+                const int v = a[xi16_pos(i)];
+                o[i] = (int8_t)(v >> 8);  // arithmetic shift: floor(v / 256) in [-128, 127]
+                o[256 + i] = (int8_t)((v & 255) - 128);
+                o[512 + i] = (int8_t)(r[i] - 128);
+            }
+        }
+}
+
 void k512_activation_layout(int64_t T, int64_t cols, int16_t *xq, float *xsum, float *dx, uint8_t *xr, float *dxr) {
     const int64_t nb = cols / LMT_QK_K;
     pass_major(xq, T, nb, LMT_QK_K, true);

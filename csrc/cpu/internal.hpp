@@ -31,6 +31,10 @@
 namespace lmt::cpu {
 
 Isa resolve_isa(Isa isa);
+// The kernel family of a resolved isa. NeonDot is a superset of Neon with the same bytes: every
+// type dispatches on the family and only the integer kernels that have a dotprod variant look
+// further (MatvecCall::dotprod), so a type without one runs its NEON kernel unchanged.
+constexpr Isa kernel_family(Isa isa) { return isa == Isa::NeonDot ? Isa::Neon : isa; }
 
 // A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
 // loads then never split a cache line (a split 512-bit load costs about two).
@@ -288,13 +292,26 @@ struct MatvecI16Args {
     float *logits;        // (T, rows)
     const uint8_t *xr = nullptr;    // I24 only: (T, cols) residual, natural order
     const float *dxr = nullptr;     // I24 only: (T, cols/256)
+    const int8_t *xd = nullptr;     // Isa::NeonDot I24 only: k_dot_layout's records
 };
+
+// The I24 activations as byte planes for the NEON dotprod kernels (types/q5_k/k_neon_dot.hpp),
+// per activation row t and block b one kKDotRecord record at xd + (t * cols/256 + b) * kKDotRecord,
+// each plane in NATURAL weight order (sdot lane = 4 consecutive weights = one canonical lane):
+//   [0, 256)    ah = a >> 8             (a = 256 * ah + al exactly, al = a & 255 in [0, 255])
+//   [256, 512)  al - 128                (signed: the dot product has no signed x unsigned form)
+//   [512, 768)  b - 128
+// The two -128 offsets come back as 128 * (the weights' sum), a weight-only term.
+constexpr int64_t kKDotRecord = 768;
+void k_dot_layout(const int16_t *xq, const uint8_t *xr, int64_t T, int64_t cols, int8_t *xd);
+
 void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);
 // The I24 outlier add-back's weights of 16 rows (cpu/i24_outliers.hpp: Weights16).
 bool q5_k_weights16_avx512(const uint8_t *row0, size_t row_stride, int64_t c, float *w16);
 void matvec_q5_k_i16_neon(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q5_k_i24_neon_dot(const MatvecI16Args &a, int64_t r0, int64_t r1);  // I24, needs xd
 
 // Canonical 8-lane horizontal sum of the I16 path.
 static inline float hsum8_canonical(const float a[8]) {

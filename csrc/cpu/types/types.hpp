@@ -24,8 +24,9 @@ struct MatvecCall {
     int64_t T;
     float *logits;   // (T, rows)
     int n_threads;
-    Isa isa;
+    Isa isa;  // a kernel family (kernel_family): never NeonDot, which arrives as Neon + dotprod
     Precision precision;
+    bool dotprod = false;  // Isa::NeonDot resolved: a type's dotprod kernel may run instead of its NEON one
 };
 
 struct CpuTypeImpl {

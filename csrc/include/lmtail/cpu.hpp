@@ -4,7 +4,7 @@
 // caller-owned, C-contiguous memory and allocates nothing per call beyond small stack buffers.
 // Results are byte-identical run to run and independent of the thread count: work is split by
 // rows (or by whole chunks whose combination is order-independent), never inside a dot product.
-// They are also identical across the SIMD paths (scalar, AVX2, AVX-512, NEON): every path
+// They are also identical across the SIMD paths (scalar, AVX2, AVX-512, NEON, NEON dotprod): every path
 // evaluates the same canonical expression tree (see docs/DESIGN.md, "Canonical order").
 #pragma once
 
@@ -44,10 +44,13 @@ namespace cpu {
 // SIMD implementation selected at run time. `Auto` picks the best the CPU supports; the others
 // force a path (tests use this to prove the paths agree byte for byte). `Amx` names a ggml build
 // only (precision "ggml": ggml's AVX-512 build with its AMX-INT8 buffer); lmtail's own kernels
-// have no AMX path, so isa_available(Amx) is false.
-enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4, Amx = 5 };
+// have no AMX path, so isa_available(Amx) is false. `NeonDot` is NEON plus the ARMv8.2 dot
+// product (sdot / udot: Cortex-A76+, Neoverse N1+ / Graviton2+, Apple M1+): the integer kernels
+// that have a dotprod variant run it, every other kernel its plain NEON one; same bytes.
+enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4, Amx = 5, NeonDot = 6 };
 
-// Name of the path `isa` resolves to on this CPU ("avx512", "avx2", "neon", "scalar").
+// Name of the path `isa` resolves to on this CPU ("avx512", "avx2", "neon_dotprod", "neon",
+// "scalar").
 const char *isa_name(Isa isa = Isa::Auto);
 // True when this CPU (and this build) can run `isa`.
 bool isa_available(Isa isa);

@@ -1,6 +1,8 @@
-// Q4_K NEON vs scalar byte parity (F32 and I24, T = 1..11, a NaN activation row), for qemu:
-//   bench/q4_k_neon_parity.sh builds and runs it (links the Q4_K sources, not the x86 ones,
-//   csrc/core/thread_pool.cpp and csrc/core/cpu_features.cpp built with aarch64-linux-gnu-g++ -DLMTAIL_HAVE_NEON=1.
+// Q4_K NEON and NEON dotprod vs scalar byte parity (F32 and I24, T = 1..11, a NaN activation row),
+// for qemu: tests/test_type_q4_k.py builds it with the Q4_K sources (not the x86 ones; the dotprod
+//   file with +dotprod), csrc/core/thread_pool.cpp and cpu_features.cpp, aarch64-linux-gnu-g++
+//   -DLMTAIL_HAVE_NEON=1, and runs it under qemu-aarch64 -cpu max.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -26,11 +28,17 @@ int main() {
             for (Precision p : {Precision::F32, Precision::I24}) {
                 std::vector<float> a(T * rows), b(T * rows);
                 kCpuQ4_K.matvec(MatvecCall{q.data(), rows, cols, rb, x.data(), T, a.data(), 1, Isa::Scalar, p});
-                kCpuQ4_K.matvec(MatvecCall{q.data(), rows, cols, rb, x.data(), T, b.data(), 2, Isa::Neon, p});
-                ++checks;
-                if (std::memcmp(a.data(), b.data(), a.size() * 4)) {
-                    ++bad;
-                    std::printf("MISMATCH cols=%lld T=%lld prec=%d\n", (long long)cols, (long long)T, (int)p);
+                for (bool dot : {false, true}) {  // Isa::NeonDot arrives as Neon + dotprod (matvec.cpp)
+                    MatvecCall c{q.data(), rows, cols, rb, x.data(), T, b.data(), 2, Isa::Neon, p};
+                    c.dotprod = dot;
+                    std::fill(b.begin(), b.end(), -1.0f);
+                    kCpuQ4_K.matvec(c);
+                    ++checks;
+                    if (std::memcmp(a.data(), b.data(), a.size() * 4)) {
+                        ++bad;
+                        std::printf("MISMATCH cols=%lld T=%lld prec=%d dotprod=%d\n", (long long)cols, (long long)T, (int)p,
+                                    (int)dot);
+                    }
                 }
             }
         }

@@ -236,7 +236,7 @@ static void canonical_nans(float *logits, int64_t rows, int64_t T, int64_t r0, i
 
 struct I24Scratch {
     std::vector<int16_t> a, ap;
-    std::vector<uint8_t> r, rp, xp;
+    std::vector<uint8_t> r, rp, xp, xd;
     std::vector<float> sr, srp;
     std::vector<int> row_exp;
     std::vector<int32_t> c1;
@@ -273,6 +273,35 @@ const int32_t *centring_lanes(const I24Args &a, int64_t t, int32_t *out) {
     }
     return out;
 }
+
+}  // namespace
+
+#if defined(LMTAIL_HAVE_NEON)
+// The dotprod records of I24Args::xd (q4_0_kernels.hpp): a copy of the prepared integers, the
+// int16 a split into its signed high and unsigned low byte, plus each block's c1 lanes (c1:
+// scratch of cols / 32 * 8).
+void dot_layout(const I24Args &a, int32_t *c1, uint8_t *xd) {
+    static const int kPerm[16] = {0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15};
+    const int64_t nb = a.cols / kQK;
+    for (int64_t t = 0; t < a.T; ++t) {
+        centring_lanes(a, t, c1);
+        for (int64_t b = 0; b < nb; ++b) {
+            uint8_t *o = xd + (t * nb + b) * kI24DotRecord;
+            const int16_t *xa = a.a + t * a.cols + b * kQK;
+            for (int j = 0; j < kQK; ++j) {
+                const int i = (j & 16) + kPerm[j & 15];  // weight at byte j of the A-lane order
+                const int v = xa[i24_a_pos(i)];
+                o[j] = (uint8_t)(int8_t)(v >> 8);  // arithmetic shift: floor(v / 256) in [-128, 127]
+                o[32 + j] = (uint8_t)(v & 255);
+            }
+            std::memcpy(o + 64, a.r + t * a.cols + b * kQK, kQK);
+            std::memcpy(o + 96, c1 + b * 8, 32);
+        }
+    }
+}
+#endif
+
+namespace {
 
 // The row-pair layout of I24Args::ap / rp / srp (q4_0_kernels.hpp): a copy of the prepared
 // integers and scales, so every ISA sees the same ones.
@@ -365,6 +394,12 @@ I24Run setup_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T,
 #endif
 #if defined(LMTAIL_HAVE_NEON)
     if (c.isa == Isa::Neon) kernel = matvec_i24_neon;
+    if (c.isa == Isa::Neon && c.dotprod) {
+        uint8_t *xd = aligned64(xs.xd, (size_t)(T * (c.cols / kQK)) * kI24DotRecord);
+        dot_layout(a, aligned64(xs.c1, (size_t)(c.cols / kQK) * 8), xd);
+        a.xd = xd;
+        kernel = matvec_i24_neon_dot;
+    }
 #endif
     return {a, kernel};
 }

@@ -73,7 +73,16 @@ struct I24Args {
     // the 8 int32 lanes c1[8b + k] = -8 * (256 * sum_{A_k} a + sum_{B_k} r), so a kernel can sum
     // the stored codes q (0..15) instead of q - 8 and start S from c1 (the same exact integer).
     const int32_t *c1 = nullptr;  // (cols / 32, 8)
+    // Isa::NeonDot only (q4_0.cpp dot_layout fills it): per activation row t and block b one
+    // kI24DotRecord record at xd + (t * (cols / 32) + b) * kI24DotRecord, with P the A-lane order
+    // of the weights {0,1,8,9, 2,3,10,11, 4,5,12,13, 6,7,14,15} (sdot lane k = bytes 4k..4k+3 = A_k):
+    //   bytes  0..31  ah = a >> 8 (int8) of weights P[0..15], then 16 + P[0..15]
+    //   bytes 32..63  al = a & 255 (uint8) in the same order      (a = 256 * ah + al exactly)
+    //   bytes 64..95  r[0..31], natural order (udot lane k = B_k)
+    //   bytes 96..127 c1 as above: 8 int32, so the kernel sums the stored codes q (0..15)
+    const uint8_t *xd = nullptr;
 };
+constexpr int64_t kI24DotRecord = 128;
 constexpr int64_t kI24PassRecord = 128;
 static inline int i24_a_pos(int i) {  // position of weight i (0..31) in a's block
     return (i & 7) | (((i >> 4) & 1) << 3) | (((i >> 3) & 1) << 4);
@@ -85,6 +94,9 @@ void matvec_i24_scalar(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_avx2(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_avx512(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_neon(const I24Args &a, int64_t r0, int64_t r1);
+void matvec_i24_neon_dot(const I24Args &a, int64_t r0, int64_t r1);  // needs I24Args::xd
+// Fills I24Args::xd (T * cols / 32 records) from a's a, r; c1: scratch of cols / 32 * 8.
+void dot_layout(const I24Args &a, int32_t *c1, uint8_t *xd);
 
 static inline float hsum8(const float a[8]) {
     float b[4], c[2];

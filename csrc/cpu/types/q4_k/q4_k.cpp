@@ -20,6 +20,7 @@ struct XI24Scratch {
     std::vector<int16_t> q;
     std::vector<uint8_t> r;
     std::vector<float> sum, dx, dxr;
+    std::vector<int8_t> xd;   // Isa::NeonDot: k_dot_layout's records
     I24Split split;           // the activation rows per kernel, outliers taken out
     std::vector<float> xg, lg;  // gathered F32 rows / the logits of a subset
 };
@@ -81,6 +82,14 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
 #endif
         default: break;
     }
+#if defined(LMTAIL_HAVE_NEON)
+    if (c.dotprod) {
+        if ((int64_t)xs.xd.size() < nb * T * kKDotRecord) xs.xd.resize((size_t)(nb * T * kKDotRecord));
+        k_dot_layout(xs.q.data(), xs.r.data(), T, c.cols, xs.xd.data());
+        a.xd = xs.xd.data();
+        kernel = matvec_q4_k_i24_neon_dot;
+    }
+#endif
     for_row_tasks(c.n_threads, c.rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
         kernel(a, r0, r1);
         i24_add_outliers(xs.split, q4_k_weight_at, c.w, c.row_stride, c.rows, r0, r1, logits, w16);

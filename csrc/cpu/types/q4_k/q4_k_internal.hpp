@@ -46,6 +46,7 @@ void matvec_q4_k_i24_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q4_k_i24_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q4_k_i24_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q4_k_i24_neon(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q4_k_i24_neon_dot(const MatvecI16Args &a, int64_t r0, int64_t r1);  // needs xd
 // The I24 outlier add-back's weights of 16 rows (cpu/i24_outliers.hpp: Weights16).
 bool q4_k_weights16_avx512(const uint8_t *row0, size_t row_stride, int64_t c, float *w16);
 

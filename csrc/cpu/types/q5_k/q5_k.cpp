@@ -22,6 +22,7 @@ struct XI16Scratch {
     std::vector<float> dx;
     std::vector<uint8_t> r;    // I24
     std::vector<float> dxr;    // I24
+    std::vector<int8_t> xd;    // I24 on Isa::NeonDot: k_dot_layout's records
     I24Split split;             // I24: the activation rows per kernel, outliers taken out
     std::vector<float> xg, lg;  // gathered F32 rows / the logits of a subset
 };
@@ -55,7 +56,8 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     if (row_stride < row_bytes)
         fail_arg("matvec_q5_k: row stride " + std::to_string(row_stride) + " < row bytes " + std::to_string(row_bytes));
     if (rows == 0) return;
-    const Isa resolved = resolve_isa(isa);
+    const Isa ri = resolve_isa(isa), resolved = kernel_family(ri);
+    [[maybe_unused]] const bool dotprod = ri == Isa::NeonDot;
     // 64 rows per task: ~290 KB of weights, large enough to amortise scheduling, small enough
     // that two threads finish within a few microseconds of each other.
     constexpr int64_t kRowsPerTask = 64;
@@ -133,6 +135,14 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
 #endif
             default: kernel = matvec_q5_k_i16_scalar; break;
         }
+#if defined(LMTAIL_HAVE_NEON)
+        if (dotprod && res) {
+            if ((int64_t)xs.xd.size() < Tn * nb * kKDotRecord) xs.xd.resize((size_t)(Tn * nb * kKDotRecord));
+            k_dot_layout(xs.q.data(), xs.r.data(), Tn, cols, xs.xd.data());
+            a.xd = xs.xd.data();
+            kernel = matvec_q5_k_i24_neon_dot;
+        }
+#endif
         core::parallel_for(n_threads, n_tasks, [&](int64_t task) {
             const int64_t r0 = task * kRowsPerTask, r1 = std::min(rows, r0 + kRowsPerTask);
             kernel(a, r0, r1);
@@ -159,7 +169,8 @@ void q5_k_matvec(const MatvecCall &c) {
 #endif
         return;
     }
-    matvec_q5_k(c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits, c.n_threads, c.isa, c.precision);
+    matvec_q5_k(c.w, c.rows, c.cols, c.row_stride, c.x, c.T, c.logits, c.n_threads, c.dotprod ? Isa::NeonDot : c.isa,
+                c.precision);
 }
 }  // namespace
 
