@@ -32,6 +32,12 @@ namespace lmt::cpu {
 
 Isa resolve_isa(Isa isa);
 
+// The kernel family of a resolved ISA: AvxVnni runs the AVX2 kernels (and their activation
+// layouts) wherever a type has no *_avxvnni kernel of its own. matvec() already gives a type
+// Avx2 for the precisions it has no such kernel for (CpuTypeImpl::avx_vnni_precisions); a type
+// that has one maps the rest of its dispatch (the F32 rows of an I24 batch, say) through here.
+constexpr Isa kernel_family(Isa isa) { return isa == Isa::AvxVnni ? Isa::Avx2 : isa; }
+
 // A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
 // loads then never split a cache line (a split 512-bit load costs about two).
 template <class T>
@@ -291,6 +297,7 @@ struct MatvecI16Args {
 };
 void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q5_k_i16_avxvnni(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);
 // The I24 outlier add-back's weights of 16 rows (cpu/i24_outliers.hpp: Weights16).
 bool q5_k_weights16_avx512(const uint8_t *row0, size_t row_stride, int64_t c, float *w16);

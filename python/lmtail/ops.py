@@ -129,7 +129,7 @@ def matvec(
     s*(a + b/255), a int16 and b uint8, summed exactly in integers (~2e-7 normwise); "f32" f32
     arithmetic (~4e-7; every backend); "i16" the int16 piece alone (~2.7e-5, fastest). The bytes
     are identical for every thread count and SIMD path (``isa`` forces one: "scalar", "avx2",
-    "avx512", "neon"; "auto" picks the best), and row t of a batch equals that row computed
+    "avx_vnni" (AVX2 + AVX-VNNI), "avx512", "neon"; "auto" picks the best), and row t of a batch equals that row computed
     alone. A non-finite x gives non-finite results in its row.
 
     ``precision="ggml"`` (CPU; the types whose ``precisions`` list it) returns the bytes of ggml's

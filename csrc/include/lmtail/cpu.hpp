@@ -44,10 +44,12 @@ namespace cpu {
 // SIMD implementation selected at run time. `Auto` picks the best the CPU supports; the others
 // force a path (tests use this to prove the paths agree byte for byte). `Amx` names a ggml build
 // only (precision "ggml": ggml's AVX-512 build with its AMX-INT8 buffer); lmtail's own kernels
-// have no AMX path, so isa_available(Amx) is false.
-enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4, Amx = 5 };
+// have no AMX path, so isa_available(Amx) is false. `AvxVnni` is the AVX2 tier plus the VEX
+// AVX-VNNI dot products (Alder Lake and later clients, Zen 5): the integer kernels that pay use
+// them, every other kernel is the AVX2 one.
+enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4, Amx = 5, AvxVnni = 7 };
 
-// Name of the path `isa` resolves to on this CPU ("avx512", "avx2", "neon", "scalar").
+// Name of the path `isa` resolves to on this CPU ("avx512", "avx_vnni", "avx2", "neon", "scalar").
 const char *isa_name(Isa isa = Isa::Auto);
 // True when this CPU (and this build) can run `isa`.
 bool isa_available(Isa isa);

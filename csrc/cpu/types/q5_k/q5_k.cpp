@@ -56,6 +56,7 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
         fail_arg("matvec_q5_k: row stride " + std::to_string(row_stride) + " < row bytes " + std::to_string(row_bytes));
     if (rows == 0) return;
     const Isa resolved = resolve_isa(isa);
+    const Isa family = kernel_family(resolved);  // AvxVnni: its own integer kernel, AVX2's F32 one
     // 64 rows per task: ~290 KB of weights, large enough to amortise scheduling, small enough
     // that two threads finish within a few microseconds of each other.
     constexpr int64_t kRowsPerTask = 64;
@@ -65,7 +66,7 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     auto run_f32 = [&](const float *xs_, int64_t Tn, float *out) {
         const MatvecArgs a{w, rows, cols, row_stride, xs_, Tn, out};
         void (*kernel)(const MatvecArgs &, int64_t, int64_t) = nullptr;
-        switch (resolved) {
+        switch (family) {
 #if defined(LMTAIL_HAVE_X86)
             case Isa::Avx512: kernel = matvec_q5_k_avx512; break;
             case Isa::Avx2: kernel = matvec_q5_k_avx2; break;
@@ -127,6 +128,7 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
 #if defined(LMTAIL_HAVE_X86)
             case Isa::Avx512: kernel = matvec_q5_k_i16_avx512; break;
             case Isa::Avx2: kernel = matvec_q5_k_i16_avx2; break;
+            case Isa::AvxVnni: kernel = matvec_q5_k_i16_avxvnni; break;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
             case Isa::Neon: kernel = matvec_q5_k_i16_neon; break;
@@ -167,6 +169,7 @@ const CpuTypeImpl kCpuQ5_K{WeightType::Q5_K,
                            precision_bit(Precision::F32) | precision_bit(Precision::I16) | precision_bit(Precision::I24) |
                                kGgmlKPrecisionBit,
                            Precision::I24, q5_k_matvec, quantize_q5_k, dequantize_q5_k,
-                           kGgmlBuildsInt, kGgmlKNotReproduced};
+                           kGgmlBuildsInt, kGgmlKNotReproduced,
+                           precision_bit(Precision::I16) | precision_bit(Precision::I24)};
 
 }  // namespace lmt::cpu
