@@ -177,3 +177,12 @@ def test_ops_matvec_takes_the_name():
     a = lmtail.ops.matvec(q, x, "Q6_K", isa="avx_vnni")
     b = lmtail.ops.matvec(q, x, "Q6_K", isa="scalar")
     assert np.array_equal(bits(a), bits(b))
+
+
+def test_ggml_precision_does_not_take_the_tier():
+    """precision='ggml' names ggml builds; lmtail reproduces no AVX-VNNI build of ggml."""
+    w = lmtail.quant.quantize(np.random.default_rng(0).random((8, 256)).astype(np.float32), "Q4_K")
+    if "ggml" not in TYPES["Q4_K"]["precisions"]:
+        pytest.skip("precision 'ggml' is not offered on this CPU")
+    with pytest.raises(lmtail.UnsupportedError, match="avx_vnni build is not reproduced"):
+        lmtail.ops.matvec(w, np.ones((1, 256), np.float32), "Q4_K", precision="ggml", isa="avx_vnni")
