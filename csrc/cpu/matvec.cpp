@@ -118,6 +118,7 @@ void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_
         call.isa = Isa::Avx512;
     }
 #endif
+    // The one AvxVnni mapping: a precision without a kernel of its own runs the AVX2 one.
     if (ri == Isa::AvxVnni && !(t.avx_vnni_precisions & precision_bit(p))) call.isa = Isa::Avx2;
     t.matvec(call);
 }
