@@ -26,6 +26,7 @@ can be forced with LMTAIL_ISA=avx2 (ggml's build is whatever the oracle compiled
     python bench/bench_head.py --dtype Q6_K,Q8_0 --quick   # CI smoke: 3 reps per config
     python bench/bench_head.py --T 1 --threads 2 --reps 50 --json out.json
     LMTAIL_ISA=avx2 python bench/bench_head.py --dtype all   # the AVX2 tier on an AVX-512 machine
+    python bench/bench_head.py --dtype all --T 1,8 --threads 2 --isa avx2,avx_vnni   # tiers A/B, interleaved
     python bench/bench_head.py --ggml-only              # oracle alone (weights from ggml_quantize_chunk)
 """
 
@@ -123,7 +124,8 @@ def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, war
             mm.time_once(max(threads_list))
             y_gg = mm.result()
             for prec in precs:
-                y_lm = lm.ops.matvec(w, x, dtype, threads=max(threads_list), precision=None if prec == "default" else prec)
+                y_lm = lm.ops.matvec(w, x, dtype, threads=max(threads_list), precision=None if prec == "default" else prec,
+                                     isa=args.isas[0])
                 rel = float(np.linalg.norm(y_lm.astype(np.float64) - y_gg) / np.linalg.norm(y_gg.astype(np.float64)))
                 agree = float(np.mean(np.argmax(y_lm, 1) == np.argmax(y_gg, 1)))
                 same = bool(np.array_equal(y_lm.view(np.uint32), y_gg.view(np.uint32)))
@@ -134,16 +136,17 @@ def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, war
                       f"argmax agreement {agree:.0%}")
         for nt in threads_list:
             reps = args.reps if args.reps is not None else (3 if args.quick else DEFAULT_REPS.get(T, 10))
-            t_lms: dict = {p: [] for p in precs}
+            variants = [(p, isa) for p in precs for isa in args.isas]
+            t_lms: dict = {v: [] for v in variants}
             t_gg, t_bw = [], []
             for i in range(warmup + reps):
                 dts = {}
                 if lm is not None:
-                    for prec in precs:
+                    for prec, isa in variants:
                         time.sleep(gap)
                         a = time.perf_counter()
-                        lm.ops.matvec(w, x, dtype, threads=nt, precision=None if prec == "default" else prec)
-                        dts[prec] = time.perf_counter() - a
+                        lm.ops.matvec(w, x, dtype, threads=nt, precision=None if prec == "default" else prec, isa=isa)
+                        dts[(prec, isa)] = time.perf_counter() - a
                 time.sleep(gap)
                 dt_gg = mm.time_once(nt)
                 if lm is not None:
@@ -156,15 +159,19 @@ def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, war
                 if i >= warmup:
                     t_gg.append(dt_gg)
                     if lm is not None:
-                        for prec in precs:
-                            t_lms[prec].append(dts[prec])
+                        for v in variants:
+                            t_lms[v].append(dts[v])
                         t_bw.append(d - c)
-            for prec in precs if lm is not None else [None]:
-                r = {"dtype": dtype, "T": T, "threads": nt, "reps": reps, "ggml_s": t_gg, "precision": prec}
+            for prec, isa in variants if lm is not None else [(None, None)]:
+                r = {"dtype": dtype, "T": T, "threads": nt, "reps": reps, "ggml_s": t_gg, "precision": prec, "isa": isa,
+                     "outlier_channels": args.outlier_channels}
                 r["ggml_ms"] = med(t_gg) * 1e3
                 r["ggml_GBps"] = w.nbytes / med(t_gg) / 1e9
                 if lm is not None:
-                    t_lm = t_lms[prec]
+                    t_lm = t_lms[(prec, isa)]
+                    if isa != args.isas[0]:  # per-round ratio to the first tier (same round, same machine state)
+                        r["isa_ratio_median"] = med([p / q for p, q in zip(t_lm, t_lms[(prec, args.isas[0])])])
+                        r["isa_ratio_vs"] = args.isas[0]
                     r.update(lmtail_s=t_lm, bw_s=t_bw)
                     r["lmtail_ms"] = med(t_lm) * 1e3
                     r["lmtail_GBps"] = w.nbytes / med(t_lm) / 1e9
@@ -172,7 +179,7 @@ def run_dtype(args, lm, core, G, dtype, type_id, w, Ts, precs, threads_list, war
                     r["read_bw_GBps"] = BW_BYTES / med(t_bw) / 1e9
                     r["read_bw_best_GBps"] = BW_BYTES / min(t_bw) / 1e9
                     r["lmtail_frac_of_bw"] = med([(w.nbytes / p) / (BW_BYTES / q) for p, q in zip(t_lm, t_bw)])
-                    print(f"  {dtype} T={T} threads={nt} {prec}: lmtail {r['lmtail_ms']:7.1f} ms  ggml {r['ggml_ms']:7.1f} ms  "
+                    print(f"  {dtype} T={T} threads={nt} {prec} isa={isa}: lmtail {r['lmtail_ms']:7.1f} ms  ggml {r['ggml_ms']:7.1f} ms  "
                           f"pair ratio {r['pair_ratio_median']:.3f}  read BW {r['read_bw_GBps']:.1f} GB/s  ({reps} pairs)")
                 else:
                     print(f"  {dtype} T={T} threads={nt}: ggml {r['ggml_ms']:7.1f} ms  ({reps} runs, best {min(t_gg)*1e3:.1f})")
@@ -192,6 +199,10 @@ def main(argv=None) -> int:
                          "spins for ms after a parallel region) steal the 2 cores from the other (default 20)")
     ap.add_argument("--rows", type=int, default=ROWS, help=f"head rows (default {ROWS}; smaller only for smoke tests)")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--isa", default="auto",
+                    help="comma list of lmtail SIMD tiers, each timed in every round next to the others (e.g. "
+                         "avx2,avx_vnni); with two or more, the summary adds each tier's median per-round ratio "
+                         "to the first")
     ap.add_argument("--outlier-channels", type=int, default=0,
                     help="multiply this many fixed channels of x by 100 (outlier channels, as real hidden states have)")
     ap.add_argument("--dtype", default="Q5_K", help=f"comma list of head weight types, or 'all' ({','.join(ALL_DTYPES)}); default Q5_K")
@@ -203,6 +214,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     Ts = [int(t) for t in args.T.split(",")]
+    args.isas = [s.strip() for s in args.isa.split(",") if s.strip()]
     precs = [p for p in args.precision.split(",") if p]
     threads_list = [int(t) for t in args.threads.split(",")]
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
@@ -219,7 +231,7 @@ def main(argv=None) -> int:
         import lmtail.ops
 
         lm = lmtail
-        info["lmtail_isa"] = core.isa_name()
+        info["lmtail_isa"] = ",".join(core.isa_name(i) for i in args.isas)
         info["lmtail_version"] = getattr(lmtail, "__version__", "?")
 
     info["loadavg_start"] = loadavg()
@@ -277,9 +289,10 @@ def main(argv=None) -> int:
             else:
                 ok, goal = None, "-"
             r["goal_met"] = ok
+            tier = f" [{r['isa']}" + (f" {r['isa_ratio_median']:.3f}x {r['isa_ratio_vs']}]" if "isa_ratio_median" in r else "]")
             print(f"{r['dtype']:>5} {T:>2} {r['threads']:>3} {r['precision']:>7} | {r['lmtail_ms']:>9.1f} {r['lmtail_GBps']:>6.1f} | {r['ggml_ms']:>8.1f} "
                   f"{r['ggml_GBps']:>6.1f} | {r['pair_ratio_median']:>7.3f} | {r['read_bw_GBps']:>7.1f} "
-                  f"{r['lmtail_frac_of_bw']:>6.0%} | {goal}")
+                  f"{r['lmtail_frac_of_bw']:>6.0%} | {goal}{tier if len(args.isas) > 1 else ''}")
         best = max((r["read_bw_best_GBps"] for r in results), default=float("nan"))
         print(f"\nbest read-bandwidth probe of the run (any thread count): {best:.1f} GB/s; lmtail T=1 at that limit:")
         for r in results:

@@ -174,7 +174,7 @@ def test_outlier_rows_same_bytes_any_isa_thread_count_and_batch(name):
     q = quantize(tid, rng.standard_normal((150, cols)) * 0.02)  # several row tasks
     x = batch(name, cols, seed=4)
     ref = matvec(tid, q, cols, x, isa="scalar")
-    for isa in ("avx2", "avx512", "neon", "neon_dotprod"):
+    for isa in ("avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"):
         if not _core.isa_available(isa):
             continue
         for threads in (1, 2):
@@ -219,7 +219,7 @@ def test_outlier_rows_with_nonfinite_scales(name):
         q[r, (7 // wblk) * bb : (7 // wblk) * bb + 2] = np.frombuffer(np.uint16(h).tobytes(), np.uint8)
     x = batch(name, cols, seed=6)[:3]
     ref = matvec(tid, q, cols, x, isa="scalar")
-    for isa in ("avx2", "avx512", "neon", "neon_dotprod"):
+    for isa in ("avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"):
         if not _core.isa_available(isa):
             continue
         got = matvec(tid, q, cols, x, threads=2, isa=isa)

@@ -73,7 +73,7 @@ def test_1d_input_gives_1d_output(precision):
 
 def available_isas():
     out = []
-    for isa in ("scalar", "avx2", "avx512", "neon", "neon_dotprod"):
+    for isa in ("scalar", "avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"):
         if lmtail._core.isa_available(isa):
             out.append(isa)
     return out
@@ -106,7 +106,7 @@ def awkward_activations(T, cols, seed):
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "neon", "neon_dotprod"])
+@pytest.mark.parametrize("isa", ["avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"])
 def test_simd_paths_equal_scalar_bytes(isa, precision):
     if not lmtail._core.isa_available(isa):
         pytest.skip(f"{isa} is not available on this CPU/build (path compiled but not run here)")
@@ -304,7 +304,7 @@ def test_i24_spiky_rows_route_and_batch_stays_invariant():
     assert np.array_equal(bits(sub), bits(got[[4, 0, 1]]))
 
 
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "neon", "neon_dotprod"])
+@pytest.mark.parametrize("isa", ["avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"])
 def test_i24_mixed_spike_batch_simd_equals_scalar(isa):
     if not lmtail._core.isa_available(isa):
         pytest.skip(f"{isa} not available on this machine")

@@ -165,7 +165,7 @@ def test_workflows_validate_against_the_github_schema():
 def test_backends_and_version():
     assert "cpu" in lmtail.backends()
     assert lmtail.__version__
-    assert lmtail._core.isa_name() in ("scalar", "avx2", "avx512", "neon", "neon_dotprod")
+    assert lmtail._core.isa_name() in ("scalar", "avx2", "avx_vnni", "avx512", "neon", "neon_dotprod")
 
 
 def test_demo_runs_small():

@@ -194,7 +194,7 @@ def test_accuracy_awkward_weights_and_x(name):
 
 
 def isas():
-    return ["avx2", "avx512", "neon", "neon_dotprod"]
+    return ["avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"]
 
 
 @pytest.mark.parametrize("name", TYPES)

@@ -74,7 +74,7 @@ def awkward(rng, rows, cols):
 
 
 PRECISIONS = [p for t in _core.cpu_types() if t["id"] == Q4_0 for p in t["precisions"] if p != "ggml"]  # "ggml": test_ggml_exact*
-SIMD = ["avx2", "avx512", "neon", "neon_dotprod"]
+SIMD = ["avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"]
 
 
 def test_table_row():

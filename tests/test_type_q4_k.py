@@ -62,7 +62,7 @@ def matvec(w, cols, x, threads=1, isa="auto", precision="default"):
 
 
 def simd_isas():
-    return ["avx2", "avx512", "neon", "neon_dotprod"]
+    return ["avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"]
 
 
 def weights(rows, cols, seed=0, scale=1.0):

@@ -203,7 +203,7 @@ def test_type_row():
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "neon", "neon_dotprod"])
+@pytest.mark.parametrize("isa", ["avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"])
 def test_simd_paths_equal_scalar_bytes(isa, precision):
     if not _core.isa_available(isa):
         pytest.skip(f"{isa} is not available on this CPU/build (path compiled but not run here)")

@@ -241,7 +241,7 @@ def isa_or_skip(isa):
         pytest.skip(f"{isa} is not available on this CPU/build (Q8_0 {isa} path not run here)")
 
 
-@pytest.mark.parametrize("isa", ["avx2", "avx512", "neon", "neon_dotprod"])
+@pytest.mark.parametrize("isa", ["avx2", "avx_vnni", "avx512", "neon", "neon_dotprod"])
 def test_simd_paths_equal_scalar_bytes(isa):
     isa_or_skip(isa)
     for rows, cols, kind in [(1, 32, "mixed"), (7, 64, "normal"), (65, 640, "mixed"), (129, 896, "normal"),
@@ -347,7 +347,7 @@ def test_nan_logits_are_the_default_quiet_nan(precision):
     x = rng.standard_normal((3, cols)).astype(np.float32)
     x[1, 40] = np.frombuffer(np.uint32(0x7FC12345).tobytes(), np.float32)[0]
     x[2, 7] = np.frombuffer(np.uint32(0xFFC54321).tobytes(), np.float32)[0]
-    for isa in ["scalar"] + [i for i in ("avx2", "avx512", "neon", "neon_dotprod") if _core.isa_available(i)]:
+    for isa in ["scalar"] + [i for i in ("avx2", "avx_vnni", "avx512", "neon", "neon_dotprod") if _core.isa_available(i)]:
         y = matvec(q, cols, x, isa=isa, precision=precision)
         nan = np.isnan(y)
         assert nan[:, :2].all() and nan[1:].all() and not nan[0, 2:].any(), isa

@@ -49,7 +49,7 @@ if [ $# -eq 0 ]; then
          tests/test_speculative.py tests/test_topk_route.py tests/test_metal_host.py tests/test_fuzz_corpus.py \
          tests/test_type_q4_0.py tests/test_type_q8_0.py tests/test_type_q4_k.py tests/test_type_q6_k.py \
          tests/test_type_floats.py tests/test_ops_matrix.py tests/test_bitmask.py tests/test_serving.py \
-         tests/test_sample_rows.py tests/test_ggml_exact.py tests/test_i24_outliers.py \
+         tests/test_sample_rows.py tests/test_ggml_exact.py tests/test_i24_outliers.py tests/test_isa_avx_vnni.py \
          -m "not slow" -k "not qemu" -q -p no:cacheprovider
 fi
 # allocator_may_return_null: an impossible allocation returns NULL as glibc's malloc does (numpy

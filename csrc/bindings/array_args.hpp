@@ -94,11 +94,12 @@ inline lmt::cpu::Isa parse_isa(const std::string &s) {
     if (s == "scalar") return Isa::Scalar;
     if (s == "avx2") return Isa::Avx2;
     if (s == "avx512") return Isa::Avx512;
+    if (s == "avx_vnni") return Isa::AvxVnni;
     if (s == "neon") return Isa::Neon;
     if (s == "neon_dotprod") return Isa::NeonDot;
     if (s == "amx") return Isa::Amx;  // a ggml build (precision "ggml") only
-    throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx512, neon, neon_dotprod, amx; found '" + s +
-                             "'");
+    throw lmt::ArgumentError("isa: expected one of auto, scalar, avx2, avx_vnni, avx512, neon, neon_dotprod, amx; found '" +
+                             s + "'");
 }
 
 // The operands shared by every backend's op bindings, checked once here.

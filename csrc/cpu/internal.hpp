@@ -31,10 +31,16 @@
 namespace lmt::cpu {
 
 Isa resolve_isa(Isa isa);
-// The kernel family of a resolved isa. NeonDot is a superset of Neon with the same bytes: every
-// type dispatches on the family and only the integer kernels that have a dotprod variant look
-// further (MatvecCall::dotprod), so a type without one runs its NEON kernel unchanged.
-constexpr Isa kernel_family(Isa isa) { return isa == Isa::NeonDot ? Isa::Neon : isa; }
+// The kernel family of a resolved isa: the two superset tiers run their base tier's kernels
+// (same bytes) wherever a type has no kernel of its own for them.
+// * NeonDot (NEON + sdot/udot): matvec() hands every type Neon plus MatvecCall::dotprod, which
+//   only the integer kernels with a dotprod variant read.
+// * AvxVnni (AVX2 + VEX vpdpbusd/vpdpwssd): matvec() hands a type AvxVnni for the precisions it
+//   has a *_avxvnni kernel for (CpuTypeImpl::avx_vnni_precisions), else Avx2; such a type maps
+//   the rest of its dispatch (the F32 rows of an I24 batch, its activation layouts) through here.
+constexpr Isa kernel_family(Isa isa) {
+    return isa == Isa::NeonDot ? Isa::Neon : isa == Isa::AvxVnni ? Isa::Avx2 : isa;
+}
 
 // A 64-byte aligned view of n elements of a growable scratch vector: the AVX-512 kernels' zmm
 // loads then never split a cache line (a split 512-bit load costs about two).
@@ -307,6 +313,7 @@ void k_dot_layout(const int16_t *xq, const uint8_t *xr, int64_t T, int64_t cols,
 
 void matvec_q5_k_i16_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q5_k_i16_avxvnni(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q5_k_i16_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);
 // The I24 outlier add-back's weights of 16 rows (cpu/i24_outliers.hpp: Weights16).
 bool q5_k_weights16_avx512(const uint8_t *row0, size_t row_stride, int64_t c, float *w16);

@@ -110,7 +110,7 @@ void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_
     // read LMTAIL_ISA as resolve_isa does for lmtail's own, ISA-independent precisions.
     const Isa ri = p == Precision::Ggml ? ggml_isa(isa) : resolve_isa(isa);
     if (p == Precision::Ggml) ggml_require_build(t.ggml_builds, ri, weight_type_name(type), t.ggml_not_reproduced);
-    MatvecCall call{w, rows, cols, row_stride, x, T, logits, n_threads, kernel_family(ri), p};
+    MatvecCall call{w, rows, cols, row_stride, x, T, logits, n_threads, ri == Isa::NeonDot ? Isa::Neon : ri, p};
     call.dotprod = ri == Isa::NeonDot;
 #if defined(LMTAIL_HAVE_X86)
     if (p == Precision::Ggml && ri == Isa::Amx) {
@@ -119,6 +119,8 @@ void matvec(WeightType type, const uint8_t *w, int64_t rows, int64_t cols, size_
         call.isa = Isa::Avx512;
     }
 #endif
+    // The one AvxVnni mapping: a precision without a kernel of its own runs the AVX2 one.
+    if (ri == Isa::AvxVnni && !(t.avx_vnni_precisions & precision_bit(p))) call.isa = Isa::Avx2;
     t.matvec(call);
 }
 

@@ -129,9 +129,10 @@ def matvec(
     s*(a + b/255), a int16 and b uint8, summed exactly in integers (~2e-7 normwise); "f32" f32
     arithmetic (~4e-7; every backend); "i16" the int16 piece alone (~2.7e-5, fastest). The bytes
     are identical for every thread count and SIMD path (``isa`` forces one: "scalar", "avx2",
-    "avx512", "neon", "neon_dotprod" (arm64 with the ARMv8.2 dot product: the integer kernels
-    use sdot / udot); "auto" picks the best), and row t of a batch equals that row computed
-    alone. A forced path this CPU or build does not have raises ``ParameterError``. A non-finite x gives non-finite results in its row.
+    "avx_vnni" (AVX2 + AVX-VNNI), "avx512", "neon", "neon_dotprod" (arm64 with the ARMv8.2 dot
+    product: the integer kernels use sdot / udot); "auto" picks the best), and row t of a batch
+    equals that row computed alone. A forced path this CPU or build does not have raises
+    ``ParameterError``. A non-finite x gives non-finite results in its row.
 
     ``precision="ggml"`` (CPU; the types whose ``precisions`` list it) returns the bytes of ggml's
     own CPU ``mul_mat`` (llama.cpp's logits), following the path llama.cpp takes for that type and

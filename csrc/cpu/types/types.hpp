@@ -42,6 +42,9 @@ struct CpuTypeImpl {
     // offered where this CPU's native ggml build is one of them. 0 without a ggml route.
     uint32_t ggml_builds = 0;
     const char *ggml_not_reproduced = nullptr;  // what the other builds do differently (for the error)
+    // Precisions with an Isa::AvxVnni kernel of their own (bit per Precision); for the others
+    // matvec() hands the type Isa::Avx2, so its dispatch never sees AvxVnni there.
+    uint32_t avx_vnni_precisions = 0;
 };
 
 constexpr uint32_t precision_bit(Precision p) { return 1u << (int)p; }

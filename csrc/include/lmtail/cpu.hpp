@@ -44,13 +44,15 @@ namespace cpu {
 // SIMD implementation selected at run time. `Auto` picks the best the CPU supports; the others
 // force a path (tests use this to prove the paths agree byte for byte). `Amx` names a ggml build
 // only (precision "ggml": ggml's AVX-512 build with its AMX-INT8 buffer); lmtail's own kernels
-// have no AMX path, so isa_available(Amx) is false. `NeonDot` is NEON plus the ARMv8.2 dot
-// product (sdot / udot: Cortex-A76+, Neoverse N1+ / Graviton2+, Apple M1+): the integer kernels
-// that have a dotprod variant run it, every other kernel its plain NEON one; same bytes.
-enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4, Amx = 5, NeonDot = 6 };
+// have no AMX path, so isa_available(Amx) is false. Two superset tiers give their base tier's
+// bytes: `NeonDot` is NEON plus the ARMv8.2 dot product (sdot / udot: Cortex-A76+, Neoverse N1+ /
+// Graviton2+, Apple M1+), `AvxVnni` the AVX2 tier plus the VEX AVX-VNNI dot products (Alder Lake
+// and later clients, Zen 5); the integer kernels that have such a variant run it, every other
+// kernel the base tier's.
+enum class Isa : int { Auto = 0, Scalar = 1, Avx2 = 2, Avx512 = 3, Neon = 4, Amx = 5, NeonDot = 6, AvxVnni = 7 };
 
-// Name of the path `isa` resolves to on this CPU ("avx512", "avx2", "neon_dotprod", "neon",
-// "scalar").
+// Name of the path `isa` resolves to on this CPU ("avx512", "avx_vnni", "avx2", "neon_dotprod",
+// "neon", "scalar").
 const char *isa_name(Isa isa = Isa::Auto);
 // True when this CPU (and this build) can run `isa`.
 bool isa_available(Isa isa);

@@ -367,8 +367,8 @@ I24Run setup_i24(const MatvecCall &c, I24Scratch &xs, const float *x, int64_t T,
     I24Args a{c.w, c.rows, c.cols, c.row_stride, xa, xr, sr, T, logits};
     void (*kernel)(const I24Args &, int64_t, int64_t) = matvec_i24_scalar;
 #if defined(LMTAIL_HAVE_X86)
-    if (c.isa == Isa::Avx2) {
-        kernel = matvec_i24_avx2;
+    if (kernel_family(c.isa) == Isa::Avx2) {
+        kernel = c.isa == Isa::AvxVnni ? matvec_i24_avxvnni : matvec_i24_avx2;
         if (T >= 2) {
             // Passes of near-equal size <= 8 (T = 9: 5 + 4, not 8 + 1).
             const int64_t passes = (T + 7) / 8;
@@ -430,7 +430,7 @@ F32Run setup_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) 
     const Args a{c.w, c.rows, c.cols, c.row_stride, x, T, logits};
     void (*kernel)(const Args &, int64_t, int64_t) = matvec_scalar;
 #if defined(LMTAIL_HAVE_X86)
-    if (c.isa == Isa::Avx2) kernel = matvec_avx2;
+    if (kernel_family(c.isa) == Isa::Avx2) kernel = matvec_avx2;  // the F32 rows of an I24 batch
     if (c.isa == Isa::Avx512) kernel = matvec_avx512;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
@@ -505,6 +505,6 @@ void matvec(const MatvecCall &c) {
 const CpuTypeImpl kCpuQ4_0{WeightType::Q4_0, precision_bit(Precision::F32) | precision_bit(Precision::I24) | LMT_Q0F_GGML_BIT,
                            Precision::I24, q4_0::matvec,
                            q4_0::quantize, q4_0::dequantize,
-                           kGgmlBuildsInt, kGgmlQ0NotReproduced};
+                           kGgmlBuildsInt, kGgmlQ0NotReproduced, precision_bit(Precision::I24)};
 
 }  // namespace lmt::cpu

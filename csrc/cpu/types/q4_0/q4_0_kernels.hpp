@@ -63,7 +63,7 @@ struct I24Args {
     const int16_t *ap = nullptr;  // (T / 2, 2 * cols)
     const uint8_t *rp = nullptr;  // (T / 2, 2 * cols)
     const float *srp = nullptr;   // (ceil(T / 2 / 4), cols / 32, 8)
-    // Isa::Avx2 with T >= 2 only (q4_0.cpp pass_layout fills them): activation rows in passes of
+    // Isa::Avx2 / AvxVnni with T >= 2 only (q4_0.cpp pass_layout fills them): activation rows in passes of
     // pass_rows (the last may be shorter); pass [t0, t0 + n) starts at xp + t0 * (cols / 32) *
     // kI24PassRecord, and holds per block b, per row t of the pass, one kI24PassRecord record:
     //   64 bytes a (a's block order above), 32 bytes r, sr[b] as 8 floats.
@@ -92,6 +92,7 @@ static inline int i24_a_lane(int i) {  // k with i in A_k
 }
 void matvec_i24_scalar(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_avx2(const I24Args &a, int64_t r0, int64_t r1);
+void matvec_i24_avxvnni(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_avx512(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_neon(const I24Args &a, int64_t r0, int64_t r1);
 void matvec_i24_neon_dot(const I24Args &a, int64_t r0, int64_t r1);  // needs I24Args::xd

@@ -40,7 +40,7 @@ constexpr int64_t kRowsPerTask = 64;
 void run_f32(const MatvecCall &c, const float *x, int64_t T, float *logits) {
     const MatvecArgs a{c.w, c.rows, c.cols, c.row_stride, x, T, logits};
     void (*kernel)(const MatvecArgs &, int64_t, int64_t) = matvec_q4_k_scalar;
-    switch (c.isa) {
+    switch (kernel_family(c.isa)) {  // the F32 rows of an I24 batch on AvxVnni run AVX2's kernel
 #if defined(LMTAIL_HAVE_X86)
         case Isa::Avx512: kernel = matvec_q4_k_avx512; break;
         case Isa::Avx2: kernel = matvec_q4_k_avx2; break;
@@ -76,6 +76,7 @@ void run_i24(const MatvecCall &c, XI24Scratch &xs, const float *x, int64_t T, fl
 #if defined(LMTAIL_HAVE_X86)
         case Isa::Avx512: kernel = matvec_q4_k_i24_avx512; break;
         case Isa::Avx2: kernel = matvec_q4_k_i24_avx2; break;
+        case Isa::AvxVnni: kernel = matvec_q4_k_i24_avxvnni; break;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
         case Isa::Neon: kernel = matvec_q4_k_i24_neon; break;
@@ -136,6 +137,6 @@ void q4_k_matvec(const MatvecCall &c) {
 const CpuTypeImpl kCpuQ4_K{WeightType::Q4_K,
                            precision_bit(Precision::F32) | precision_bit(Precision::I24) | kGgmlKPrecisionBit,
                            Precision::I24, q4_k_matvec, quantize_q4_k, dequantize_q4_k,
-                           kGgmlBuildsInt, kGgmlKNotReproduced};
+                           kGgmlBuildsInt, kGgmlKNotReproduced, precision_bit(Precision::I24)};
 
 }  // namespace lmt::cpu

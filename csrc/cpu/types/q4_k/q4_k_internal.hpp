@@ -44,6 +44,7 @@ void matvec_q4_k_neon(const MatvecArgs &a, int64_t r0, int64_t r1);
 // I24 kernels (MatvecI16Args with xr / dxr set: cpu/internal.hpp).
 void matvec_q4_k_i24_scalar(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q4_k_i24_avx2(const MatvecI16Args &a, int64_t r0, int64_t r1);
+void matvec_q4_k_i24_avxvnni(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q4_k_i24_avx512(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q4_k_i24_neon(const MatvecI16Args &a, int64_t r0, int64_t r1);
 void matvec_q4_k_i24_neon_dot(const MatvecI16Args &a, int64_t r0, int64_t r1);  // needs xd

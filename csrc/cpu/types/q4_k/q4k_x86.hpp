@@ -173,16 +173,7 @@ static inline void q4k_i24_group(const lmt_block_q4_K *bk, const int32_t *pat, c
     const __m256i A = _mm256_maddubs_epi16(PE0, lo), B = _mm256_maddubs_epi16(PO0, lo);
     const __m256i C = _mm256_maddubs_epi16(PE1, hi), D = _mm256_maddubs_epi16(PO1, hi);
     for (int t = 0; t < TG; ++t) {
-        const __m256i *x = reinterpret_cast<const __m256i *>(xb[t] + 64 * G);
-        const __m256i ab = _mm256_add_epi32(_mm256_madd_epi16(A, _mm256_loadu_si256(x + 0)),
-                                            _mm256_madd_epi16(B, _mm256_loadu_si256(x + 1)));
-        const __m256i cd = _mm256_add_epi32(_mm256_madd_epi16(C, _mm256_loadu_si256(x + 2)),
-                                            _mm256_madd_epi16(D, _mm256_loadu_si256(x + 3)));
-        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_add_epi32(ab, cd));
-        const __m256i *r = reinterpret_cast<const __m256i *>(rb[t] + 64 * G);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(r), lo), PE0);
-        const __m256i q = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(r + 1), hi), PE1);
-        racc[t] = _mm256_add_epi32(racc[t], _mm256_add_epi32(p, q));
+        k_group_row<true>(A, B, C, D, lo, hi, PE0, PE1, xb[t] + 64 * G, rb[t] + 64 * G, iacc[t], racc[t]);
         // As Q5_K: at TG = 1 keep the sums running instead of one spilled add tree per block.
         if constexpr (TG == 1) {
             asm("" : "+x"(iacc[t]));

@@ -56,7 +56,9 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     if (row_stride < row_bytes)
         fail_arg("matvec_q5_k: row stride " + std::to_string(row_stride) + " < row bytes " + std::to_string(row_bytes));
     if (rows == 0) return;
-    const Isa ri = resolve_isa(isa), resolved = kernel_family(ri);
+    const Isa ri = resolve_isa(isa);
+    const Isa resolved = ri == Isa::NeonDot ? Isa::Neon : ri;  // the integer kernels (AvxVnni has its own)
+    const Isa family = kernel_family(ri);                      // the F32 kernels
     [[maybe_unused]] const bool dotprod = ri == Isa::NeonDot;
     // 64 rows per task: ~290 KB of weights, large enough to amortise scheduling, small enough
     // that two threads finish within a few microseconds of each other.
@@ -67,7 +69,7 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
     auto run_f32 = [&](const float *xs_, int64_t Tn, float *out) {
         const MatvecArgs a{w, rows, cols, row_stride, xs_, Tn, out};
         void (*kernel)(const MatvecArgs &, int64_t, int64_t) = nullptr;
-        switch (resolved) {
+        switch (family) {
 #if defined(LMTAIL_HAVE_X86)
             case Isa::Avx512: kernel = matvec_q5_k_avx512; break;
             case Isa::Avx2: kernel = matvec_q5_k_avx2; break;
@@ -129,6 +131,7 @@ void matvec_q5_k(const uint8_t *w, int64_t rows, int64_t cols, size_t row_stride
 #if defined(LMTAIL_HAVE_X86)
             case Isa::Avx512: kernel = matvec_q5_k_i16_avx512; break;
             case Isa::Avx2: kernel = matvec_q5_k_i16_avx2; break;
+            case Isa::AvxVnni: kernel = matvec_q5_k_i16_avxvnni; break;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
             case Isa::Neon: kernel = matvec_q5_k_i16_neon; break;
@@ -178,6 +181,7 @@ const CpuTypeImpl kCpuQ5_K{WeightType::Q5_K,
                            precision_bit(Precision::F32) | precision_bit(Precision::I16) | precision_bit(Precision::I24) |
                                kGgmlKPrecisionBit,
                            Precision::I24, q5_k_matvec, quantize_q5_k, dequantize_q5_k,
-                           kGgmlBuildsInt, kGgmlKNotReproduced};
+                           kGgmlBuildsInt, kGgmlKNotReproduced,
+                           precision_bit(Precision::I16) | precision_bit(Precision::I24)};
 
 }  // namespace lmt::cpu

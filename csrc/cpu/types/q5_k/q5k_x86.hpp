@@ -139,6 +139,39 @@ struct RowScratch {
 //   the canonical L[k] partition (i >> 2) & 7. Per 64 weights: 9 unpack ops, 4 maddubs, and per
 //   activation row 4 madd + 4 add (ggml's q8_K kernel: about 21 in all).
 
+// One activation row's share of a 64-weight group (Q5_K and Q4_K): iacc += the vpmaddwd of the
+// scaled words A..D with the row's 64 permuted x words; RES: racc += the residual bytes r against
+// the centred codes (vpmaddubsw, |pair| <= 2 * 255 * 16) times the words (sc, sc ..) of PE0 / PE1.
+// Over a block |L| < 2^30 and |R| < 2^23 bound every partial sum (cpu/internal.hpp), so any
+// grouping is exact: built with AVX-VNNI each vpmaddwd + vpaddd is one vpdpwssd (8 ops, was 14).
+template <bool RES>
+static inline void k_group_row(__m256i A, __m256i B, __m256i C, __m256i D, __m256i lo, __m256i hi, __m256i PE0,
+                               __m256i PE1, const int16_t *xq, const uint8_t *xr, __m256i &iacc, __m256i &racc) {
+    const __m256i *x = reinterpret_cast<const __m256i *>(xq);
+    const __m256i *r = reinterpret_cast<const __m256i *>(xr);
+#if defined(__AVXVNNI__)
+    iacc = _mm256_dpwssd_avx_epi32(iacc, A, _mm256_loadu_si256(x + 0));
+    iacc = _mm256_dpwssd_avx_epi32(iacc, B, _mm256_loadu_si256(x + 1));
+    iacc = _mm256_dpwssd_avx_epi32(iacc, C, _mm256_loadu_si256(x + 2));
+    iacc = _mm256_dpwssd_avx_epi32(iacc, D, _mm256_loadu_si256(x + 3));
+    if constexpr (RES) {
+        racc = _mm256_dpwssd_avx_epi32(racc, _mm256_maddubs_epi16(_mm256_loadu_si256(r), lo), PE0);
+        racc = _mm256_dpwssd_avx_epi32(racc, _mm256_maddubs_epi16(_mm256_loadu_si256(r + 1), hi), PE1);
+    }
+#else
+    const __m256i ab = _mm256_add_epi32(_mm256_madd_epi16(A, _mm256_loadu_si256(x + 0)),
+                                        _mm256_madd_epi16(B, _mm256_loadu_si256(x + 1)));
+    const __m256i cd = _mm256_add_epi32(_mm256_madd_epi16(C, _mm256_loadu_si256(x + 2)),
+                                        _mm256_madd_epi16(D, _mm256_loadu_si256(x + 3)));
+    iacc = _mm256_add_epi32(iacc, _mm256_add_epi32(ab, cd));
+    if constexpr (RES) {
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(r), lo), PE0);
+        const __m256i q = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(r + 1), hi), PE1);
+        racc = _mm256_add_epi32(racc, _mm256_add_epi32(p, q));
+    }
+#endif
+}
+
 template <int G, int TG, bool RES>
 static inline void i16_group(const lmt_block_q5_K *bk, __m256i qh, const int32_t *pat, const int16_t *const *xb,
                              const uint8_t *const *rb, __m256i *iacc, __m256i *racc) {
@@ -164,23 +197,12 @@ static inline void i16_group(const lmt_block_q5_K *bk, __m256i qh, const int32_t
         D = _mm256_maddubs_epi16(hi, PO1);
     }
     for (int t = 0; t < TG; ++t) {
-        const __m256i *x = reinterpret_cast<const __m256i *>(xb[t] + 64 * G);
-        const __m256i ab = _mm256_add_epi32(_mm256_madd_epi16(A, _mm256_loadu_si256(x + 0)),
-                                            _mm256_madd_epi16(B, _mm256_loadu_si256(x + 1)));
-        const __m256i cd = _mm256_add_epi32(_mm256_madd_epi16(C, _mm256_loadu_si256(x + 2)),
-                                            _mm256_madd_epi16(D, _mm256_loadu_si256(x + 3)));
-        iacc[t] = _mm256_add_epi32(iacc[t], _mm256_add_epi32(ab, cd));
-        if constexpr (RES) {
-            // I24 residual: vpmaddubsw(b, q - 16) = b[2w](q[2w]-16) + b[2w+1](q[2w+1]-16), b the
-            // unsigned operand (<= 2 * 255 * 16, no saturation), then vpmaddwd with the words
-            // (sc, sc, ..) of the pattern: int32 lane k = sc * (weights 4k..4k+3 of the sub-block),
-            // the same canonical partition as L.
-            const __m256i *r = reinterpret_cast<const __m256i *>(rb[t] + 64 * G);
-            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(r), lo), PE0);
-            const __m256i q = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_loadu_si256(r + 1), hi), PE1);
-            racc[t] = _mm256_add_epi32(racc[t], _mm256_add_epi32(p, q));
-            if constexpr (TG == 1) asm("" : "+x"(racc[t]));
-        }
+        // I24 residual (k_group_row): vpmaddubsw(b, q - 16) = b[2w](q[2w]-16) + b[2w+1](q[2w+1]-16),
+        // b the unsigned operand, then the words (sc, sc, ..): int32 lane k = sc * (weights
+        // 4k..4k+3 of the sub-block), the same canonical partition as L.
+        k_group_row<RES>(A, B, C, D, lo, hi, PE0, PE1, xb[t] + 64 * G, RES ? rb[t] + 64 * G : nullptr, iacc[t],
+                         racc[t]);
+        if constexpr (RES && TG == 1) asm("" : "+x"(racc[t]));
         // At TG = 1 GCC's reassociation turns the block's whole accumulation into one balanced add
         // tree after all 24 products, which spills them (59 stack references per block at
         // T = 1, I24). An empty asm pinning the accumulator to a register after every group keeps

@@ -128,7 +128,7 @@ void q6_k_matvec(const MatvecCall &c) {
             a.dxp = dxp;
             a.dxcp = dxcp;
         }
-        if (c.isa == Isa::Avx2 && c.T >= 2) {
+        if (kernel_family(c.isa) == Isa::Avx2 && c.T >= 2) {
             int16_t *xg = aligned64(s.ap, 2 * n);
             q6k_pass_layout(xa, xc, c.T, c.cols, xg);
             a.xg = xg;
@@ -139,6 +139,7 @@ void q6_k_matvec(const MatvecCall &c) {
 #if defined(LMTAIL_HAVE_X86)
             case Isa::Avx512: kernel = matvec_q6_k_i24_avx512; break;
             case Isa::Avx2: kernel = matvec_q6_k_i24_avx2; break;
+            case Isa::AvxVnni: kernel = matvec_q6_k_i24_avxvnni; break;
 #endif
 #if defined(LMTAIL_HAVE_NEON)
             case Isa::Neon: kernel = matvec_q6_k_i24_neon; break;
@@ -168,6 +169,6 @@ void q6_k_matvec(const MatvecCall &c) {
 const CpuTypeImpl kCpuQ6_K{WeightType::Q6_K,
                            precision_bit(Precision::F32) | precision_bit(Precision::I24) | kGgmlKPrecisionBit,
                            Precision::I24, q6_k_matvec, quantize_q6_k, dequantize_q6_k,
-                           kGgmlBuildsInt, kGgmlKNotReproduced};
+                           kGgmlBuildsInt, kGgmlKNotReproduced, precision_bit(Precision::I24)};
 
 }  // namespace lmt::cpu

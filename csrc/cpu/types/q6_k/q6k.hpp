@@ -56,7 +56,7 @@ struct Q6kI24Args {
     // (xcp likewise) and per pair and block 16 floats dx[2p][b] x 8, dx[u][b] x 8 (dxcp likewise).
     const int16_t *xap = nullptr, *xcp = nullptr;  // (T / 2, 2 * cols)
     const float *dxp = nullptr, *dxcp = nullptr;   // (T / 2, cols / 256, 16)
-    // Isa::Avx2 with T >= 2 only (q6_k.cpp q6k_pass_layout): activation rows in passes of
+    // Isa::Avx2 / AvxVnni with T >= 2 only (q6_k.cpp q6k_pass_layout): activation rows in passes of
     // n = min(4, T - 4p) rows starting at row 4p, block-major, so a pass's block is one 2n * 256
     // word run at constant offsets: pass p at 8p * cols words; block b at 2n * 256 * b within it,
     // then xa of rows 4p .. 4p + n - 1 (256 words each), then xc of the same rows.
@@ -64,6 +64,7 @@ struct Q6kI24Args {
 };
 void matvec_q6_k_i24_scalar(const Q6kI24Args &a, int64_t r0, int64_t r1);
 void matvec_q6_k_i24_avx2(const Q6kI24Args &a, int64_t r0, int64_t r1);
+void matvec_q6_k_i24_avxvnni(const Q6kI24Args &a, int64_t r0, int64_t r1);
 void matvec_q6_k_i24_avx512(const Q6kI24Args &a, int64_t r0, int64_t r1);
 void matvec_q6_k_i24_neon(const Q6kI24Args &a, int64_t r0, int64_t r1);
 
