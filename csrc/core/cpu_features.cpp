@@ -29,7 +29,7 @@ bool has_f16c() {
 }
 // AVX-VNNI (the VEX encoding) from CPUID.(EAX=7, ECX=1):EAX bit 4: clang's
 // __builtin_cpu_supports does not know "avxvnni" in every version CI builds with.
-bool has_avx_vnni() {
+[[maybe_unused]] bool has_avx_vnni() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
 }
@@ -70,7 +70,11 @@ bool isa_available(Isa isa) {
                    __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                    __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma") && has_f16c();
         case Isa::AvxVnni:
+#if defined(LMTAIL_NO_AVXVNNI)
+            return false;  // the compiler had no -mavxvnni (CMakeLists.txt)
+#else
             return isa_available(Isa::Avx2) && has_avx_vnni();
+#endif
 #endif
 #if defined(LMTAIL_HAVE_NEON)
         case Isa::Neon:
