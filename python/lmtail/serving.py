@@ -25,8 +25,9 @@ candidate fill and its built-in samplers (fused: penalties and logit-bias as a f
 logits of a top-k read straight from the row, so the row is streamed once) run in C++ without
 the GIL, rows started as soon as they are planned on ``threads - 1`` helper threads and on the
 calling thread, which meanwhile does the Python part (RNG draws, grammar checks, samplers
-without a C++ path).  Grammar rows whose first draw is rejected are
-resampled together on their masks.  :meth:`Batch.sample_topk` spreads its rows over a small
+without a C++ path).  A grammar row whose first draw is rejected is
+resampled on its mask in the same job as soon as the rejection is seen (overlapping the other
+rows' finishing).  :meth:`Batch.sample_topk` spreads its rows over a small
 thread pool; there grammar calls are serialised on one lock (matchers of one grammar share its
 interned Earley states and mask cache, which are not safe to grow from two threads).  Results
 never depend on the thread count: nothing a row computes is shared with another row.
