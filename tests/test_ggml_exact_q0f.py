@@ -363,8 +363,9 @@ import numpy as np
 import lmtail
 rng = np.random.default_rng(7)
 out = []
-for dtype, bb in (("Q4_0", 18), ("Q8_0", 34), ("F16", None)):
-    for rows, cols in ((32, 32), (64, 512), (96, 2816), (160, 1024)):
+for dtype, bb in (("Q4_0", 18), ("Q8_0", 34), ("Q4_K", 144), ("Q5_K", 176), ("F16", None)):
+    for rows, cols in ((32, 256), (64, 512), (96, 2816), (160, 1024)):
+        qk = 256 if dtype in ("Q4_K", "Q5_K") else 32
         if bb is None:
             w = (rng.standard_normal((rows, cols)) * 0.1).astype(np.float16)
             w[3, :7] = [np.inf, -np.inf, np.nan, 65504, -0.0, 6e-8, 1e-5]  # specials, subnormals
@@ -372,9 +373,11 @@ for dtype, bb in (("Q4_0", 18), ("Q8_0", 34), ("F16", None)):
         else:
             # raw random bytes (every code, Q8_0's -128 too; NaN / inf / subnormal scales in rows
             # 0-1), sane fp16 scales in the other rows
-            w = rng.integers(0, 256, (rows, cols // 32, bb), dtype=np.uint8)
-            d = (rng.standard_normal((rows - 2, cols // 32)) * 0.01).astype(np.float16)
-            w[2:, :, :2] = d.view(np.uint8).reshape(rows - 2, cols // 32, 2)
+            # (the K types: d and dmin, the first 4 bytes of each block)
+            nb, sb = cols // qk, 2 if qk == 32 else 4
+            w = rng.integers(0, 256, (rows, nb, bb), dtype=np.uint8)
+            d = (rng.standard_normal((rows - 2, nb, sb // 2)) * 0.01).astype(np.float16)
+            w[2:, :, :sb] = d.view(np.uint8).reshape(rows - 2, nb, sb)
             w = w.reshape(rows, -1)
         for T in (1, 2, 5, 9):
             x = (rng.standard_normal((T, cols)) * 3).astype(np.float32)
@@ -387,7 +390,7 @@ print(" ".join(out))
 
 @needs_x86
 def test_amx_build_512_bit_rows_equal_the_avx2_rows():
-    """The AMX build's Q4_0 / Q8_0 / F16 kernels run 512-bit code where lmtail's ISA is avx512
+    """The AMX build's Q4_0 / Q8_0 / Q4_K / Q5_K / F16 kernels run 512-bit code where lmtail's ISA is avx512
     (ggml_amx_avx512.cpp) and AVX2 code otherwise (LMTAIL_ISA=avx2 here): the same bytes on raw
     random blocks (every code byte, non-finite and subnormal scales), special F16 weights and
     activation outliers, T = 1 .. 9. The AVX2 rows are the ones compared with the oracle on AVX2
@@ -405,4 +408,4 @@ def test_amx_build_512_bit_rows_equal_the_avx2_rows():
                               text=True).stdout.split()
 
     wide, narrow = run("avx512"), run("avx2")
-    assert len(wide) == 3 * 4 * 4 and wide == narrow
+    assert len(wide) == 5 * 4 * 4 and wide == narrow

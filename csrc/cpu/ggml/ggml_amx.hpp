@@ -26,8 +26,8 @@ namespace lmt::cpu {
 // kernels or F16, rows % 32 == 0, cols a multiple of the type's block; F16: of 16).
 bool ggml_amx_takes(WeightType type, int64_t rows, int64_t cols);
 
-// The AMX build's logits for a weight ggml_amx_takes (x86 builds: AVX2 + F16C code; Q4_0, Q8_0
-// and F16 run the 512-bit rows below where lmtail's ISA resolves to avx512).
+// The AMX build's logits for a weight ggml_amx_takes (x86 builds: AVX2 + F16C code; Q4_0, Q8_0,
+// Q4_K, Q5_K and F16 run the 512-bit rows below where lmtail's ISA resolves to avx512).
 void ggml_amx_matvec(WeightType type, const MatvecCall &c);
 
 // ggml_amx_avx512.cpp: rows [r0, r1) of Q4_0 (q4) / Q8_0 from the activations the AVX2 file
@@ -35,5 +35,10 @@ void ggml_amx_matvec(WeightType type, const MatvecCall &c);
 void ggml_amx_q0_rows_avx512(bool q4, const MatvecCall &c, const lmt_block_q8_0 *xq, const float *xd,
                              const int32_t *xsum, int64_t r0, int64_t r1);
 void ggml_amx_f16_rows_avx512(const MatvecCall &c, int64_t r0, int64_t r1);
+// Q4_K (q5 false) / Q5_K rows: xd the q8_K activations' scales (block i of all T rows), xperm their codes
+// as the 512-bit rows read them (256 bytes per block: sub-blocks 0, 2, 1, 3, 4, 6, 5, 7), bs8
+// each block's 8 sub-block sums (bsums[2j] + bsums[2j + 1]).
+void ggml_amx_k45_rows_avx512(bool q5, const MatvecCall &c, const float *xd, const uint8_t *xperm,
+                              const int32_t *bs8, int64_t r0, int64_t r1);
 
 }  // namespace lmt::cpu

@@ -136,6 +136,23 @@ void k_matvec(const MatvecCall &c) {
     std::vector<GgmlQ8K> xq((size_t)(c.T * nb));
     for (int64_t t = 0; t < c.T; ++t) ggml_quantize_row_q8_k(c.x + t * c.cols, xq.data() + t * nb, c.cols);
     constexpr bool kQ6 = kType == WeightType::Q6_K;
+    if (!kQ6 && use_avx512_rows(c)) {
+        // the 512-bit rows' activations: codes by sub-block pairs (0, 2), (1, 3), (4, 6), (5, 7)
+        // and the 8 sub-block sums
+        std::vector<uint8_t> xperm((size_t)(c.T * nb * 256));
+        std::vector<int32_t> bs8((size_t)(c.T * nb * 8));
+        std::vector<float> xd(xq.size());
+        static constexpr int kOrder[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+        for (size_t i = 0; i < xq.size(); ++i) {
+            xd[i] = xq[i].d;
+            for (int k = 0; k < 8; ++k) std::memcpy(&xperm[256 * i + 32 * k], xq[i].qs + 32 * kOrder[k], 32);
+            for (int j = 0; j < 8; ++j) bs8[8 * i + j] = xq[i].bsums[2 * j] + xq[i].bsums[2 * j + 1];
+        }
+        for_row_tasks(c.n_threads, c.rows, 64, [&](int64_t r0, int64_t r1) {
+            ggml_amx_k45_rows_avx512(kType == WeightType::Q5_K, c, xd.data(), xperm.data(), bs8.data(), r0, r1);
+        });
+        return;
+    }
     constexpr int kBytes = kType == WeightType::Q4_K ? LMT_Q4K_BLOCK_BYTES
                          : kType == WeightType::Q5_K ? LMT_Q5K_BLOCK_BYTES
                                                      : LMT_Q6K_BLOCK_BYTES;

@@ -1,4 +1,4 @@
-// The AMX build's Q4_0 / Q8_0 and F16 kernels (formula in ggml_amx.hpp) with 512-bit code, for
+// The AMX build's Q4_0 / Q8_0, Q4_K / Q5_K and F16 kernels (formula in ggml_amx.hpp) with 512-bit code, for
 // CPUs with lmtail's AVX-512 tier (every AMX CPU has it). Same bytes as ggml_amx_avx2.cpp, which
 // stays the reference and the route on AVX2-only CPUs (LMTAIL_ISA=avx2 selects it here): the
 // block integers are exact whatever the grouping, and each (row, t) output takes the same float
@@ -6,11 +6,14 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "cpu/ggml/ggml_amx.hpp"
 #include "lmtail/blocks/q4_0.h"
+#include "lmtail/blocks/q4_k.h"
+#include "lmtail/blocks/q5_k.h"
 #include "lmtail/blocks/q8_0.h"
 
 namespace lmt::cpu {
@@ -112,7 +115,93 @@ inline float reduce_add16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
 }
 
+// Q4_K / Q5_K, one weight row at a time, each block decoded once for all T: the 8 sub-blocks'
+// codes in four zmm (sub-blocks (0, 2), (1, 3), (4, 6), (5, 7), one per 256-bit half), against
+// x laid out to match (xperm); S1 = sum_j sc_j * dot_j from vpdpbusd lanes times their scale,
+// S2 = sum_j m_j * (bsums[2j] + bsums[2j + 1]) (bs8): exact, so the same integers as the AVX2
+// rows, and the same two fmas per block.
+template <bool kQ5>
+void k45_rows(const MatvecCall &c, const float *xd, const uint8_t *xperm, const int32_t *bs8, int64_t r0,
+              int64_t r1) {
+    const int64_t nb = c.cols / 256;
+    constexpr int kBytes = kQ5 ? LMT_Q5K_BLOCK_BYTES : LMT_Q4K_BLOCK_BYTES;
+    // one float per t (a vector of __m512: no std::vector<float> code compiled with AVX-512 flags,
+    // which the linker could hand to AVX2 callers of the same template)
+    thread_local std::vector<__m512> acc_store;
+    acc_store.resize((size_t)(c.T + 15) / 16);
+    float *acc = reinterpret_cast<float *>(acc_store.data());
+    const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
+    const __m512i sel[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
+                            _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
+                            _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
+                            _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)};
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t *row = c.w + (size_t)r * c.row_stride;
+        for (int64_t t = 0; t < c.T; ++t) acc[t] = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t *p = row + b * kBytes;
+            uint16_t h[2];
+            std::memcpy(h, p, 4);
+            const float d = _cvtsh_ss(h[0]), dmin = _cvtsh_ss(h[1]);
+            // 12 packed bytes -> u = 8 scales then 8 mins (6 bits each, ggml's packing)
+            uint32_t u[4], a[3];
+            std::memcpy(a, p + 4, 12);
+            u[0] = a[0] & 0x3f3f3f3fu;
+            u[1] = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+            u[2] = a[1] & 0x3f3f3f3fu;
+            u[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+            const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)u));
+            const __m256i mins = _mm512_extracti32x8_epi32(scm, 1);
+            const uint8_t *qs = p + (kQ5 ? 48 : 16);
+            __m512i q[4];  // (lo, hi) nibbles of qs[0..63], then of qs[64..127]
+            for (int k = 0; k < 2; ++k) {
+                const __m512i v = _mm512_loadu_si512(qs + 64 * k);
+                q[2 * k] = _mm512_and_si512(v, m4);
+                q[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            if constexpr (kQ5) {
+                // the fifth bit of sub-block j is bit j of qh[l]: halves of q[i] are sub-blocks
+                // (2i', 2i' + 2) with their bits selected by per-half shift counts
+                const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16)));
+                const int first[4] = {0, 1, 4, 5};
+                for (int i = 0; i < 4; ++i) {
+                    const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)first[i]),
+                                                           _mm256_set1_epi16((short)(first[i] + 2)), 1);
+                    q[i] = _mm512_or_si512(q[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, cnt), one), 4));
+                }
+            }
+            __m512i sc[4];
+            for (int i = 0; i < 4; ++i) sc[i] = _mm512_permutexvar_epi32(sel[i], scm);
+            for (int64_t t = 0; t < c.T; ++t) {
+                const size_t xi = (size_t)(t * nb + b);
+                const uint8_t *xp = xperm + 256 * xi;
+                __m512i s = _mm512_setzero_si512();
+                for (int i = 0; i < 4; ++i) {
+                    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[i], _mm512_loadu_si512(xp + 64 * i));
+                    s = _mm512_add_epi32(s, _mm512_mullo_epi32(dot, sc[i]));
+                }
+                const int32_t S1 = _mm512_reduce_add_epi32(s);
+                const __m256i pm = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)(bs8 + 8 * xi)));
+                const __m128i p4 = _mm_add_epi32(_mm256_castsi256_si128(pm), _mm256_extracti128_si256(pm, 1));
+                const __m128i p2 = _mm_add_epi32(p4, _mm_unpackhi_epi64(p4, p4));
+                const int32_t S2 = _mm_cvtsi128_si32(_mm_add_epi32(p2, _mm_shuffle_epi32(p2, 1)));
+                const float s1 = std::fmaf((float)S1, d * xd[xi], acc[t]);
+                acc[t] = std::fmaf(-(float)S2, dmin * xd[xi], s1);
+            }
+        }
+        for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r] = acc[t];
+    }
+}
+
 }  // namespace
+
+void ggml_amx_k45_rows_avx512(bool q5, const MatvecCall &c, const float *xd, const uint8_t *xperm,
+                              const int32_t *bs8, int64_t r0, int64_t r1) {
+    if (q5)
+        k45_rows<true>(c, xd, xperm, bs8, r0, r1);
+    else
+        k45_rows<false>(c, xd, xperm, bs8, r0, r1);
+}
 
 void ggml_amx_q0_rows_avx512(bool q4, const MatvecCall &c, const lmt_block_q8_0 *xq, const float *xd,
                              const int32_t *xsum, int64_t r0, int64_t r1) {
