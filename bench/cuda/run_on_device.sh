@@ -8,6 +8,7 @@
 # (cut to what is left of the deadline) and its own log under $OUT; a failing step does not stop
 # the others. The logs go to $LOGS (default /tmp/lmtail-logs); $OUT gets summary.txt (every step's
 # exit status and seconds), highlights.txt, bench_types.txt, sweep.txt and all.txt (every log).
+# SKIP="name ..." leaves those steps out (e.g. SKIP=bench_types).
 # Usage (repo root): bash bench/cuda/run_on_device.sh
 set -u
 OUT=${OUT:-/tmp/out}
@@ -20,6 +21,7 @@ END=$(( $(date +%s) + ${BUDGET:-560} ))
 step() {  # step NAME TIMEOUT CMD...
     local name=$1 t=$2
     shift 2
+    case " ${SKIP:-} " in *" $name "*) echo "$name skipped (SKIP)" | tee -a "$OUT/summary.txt"; return 0 ;; esac
     local left=$(( END - $(date +%s) - 5 ))
     [ "$t" -gt "$left" ] && t=$left
     echo "$name started $(date -u +%T)" >> "$LOGS/timeline.txt"

@@ -33,19 +33,24 @@ struct Q5K { static constexpr int kId = 13, kSB = LMT_Q5K_BLOCK_BYTES; static co
 struct Q6K { static constexpr int kId = 14, kSB = LMT_Q6K_BLOCK_BYTES; static constexpr Family kFam = kFamQ6; static constexpr bool kMin = false; };
 
 // Launch geometry per type and regime (NT = n-tiles: T <= 2 or more): ring stages S, warps per CTA
-// W, m16 tiles per warp MT (16 MT rows), 256-column steps per stage KS. Performance only: the int32
-// sums are exact and the epilogue is per (row, token), so no geometry changes a result, and the
-// two regimes of a type may differ. Measured on an H100 (docs/NOTES.md, bench/cuda/imma_sweep.sh).
-#ifdef LMT_IMMA_SWEEP  // one geometry for every type and regime (the sweep builds)
+// W, m16 tiles per warp MT (16 MT rows), 256-column steps per stage KS, CTAs per SM the registers
+// are capped for MB, the ring's copy order CP (see mul_mv_imma). Performance only: the int32 sums
+// are exact and the epilogue is per (row, token), so no geometry changes a result, and the two
+// regimes of a type may differ. Measured on an H100 (docs/NOTES.md, bench/cuda/imma_sweep.sh; the
+// sweep there found 3:4:1:1:1 with CP = (NT > 1) better for every type, not yet checked as the product).
+#ifdef LMT_IMMA_SWEEP  // one geometry per regime (T <= 2: NT = 1; more) for every type (the sweep builds)
 template <class Ty, int NT>
 struct Geo {
-    static constexpr int S = LMT_IMMA_STAGES, W = LMT_IMMA_WARPS, MT = LMT_IMMA_MT;
-    static constexpr int KS = Ty::kId == 14 ? 1 : LMT_IMMA_KS, GU = LMT_IMMA_GU;
+    static constexpr int S = NT == 1 ? LMT_G1_S : LMT_G8_S, W = NT == 1 ? LMT_G1_W : LMT_G8_W;
+    static constexpr int MT = NT == 1 ? LMT_G1_MT : LMT_G8_MT, MB = NT == 1 ? LMT_G1_MB : LMT_G8_MB;
+    static constexpr int KS = NT == 1 ? LMT_G1_KS : LMT_G8_KS, GU = 8, CP = NT == 1 ? LMT_G1_CP : LMT_G8_CP;
 };
 #else
 template <class Ty, int NT>
 struct Geo {
     static constexpr int S = Ty::kId == 12 && NT > 1 ? 4 : 3, W = 4, MT = Ty::kId == 14 && NT == 1 ? 1 : 2, KS = 1, GU = 8;
+    static constexpr int MB = 1;                        // minimum CTAs per SM (__launch_bounds__)
+    static constexpr int CP = NT > 1 || Ty::kId == 14;  // the ring's copy order (see mul_mv_imma)
 };
 #endif
 
@@ -138,21 +143,16 @@ __device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b0, i
 }
 
 __device__ __forceinline__ uint32_t lds32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
-// 4 bytes at a 2-byte aligned shared address.
-__device__ __forceinline__ uint32_t lds32_a2(const uint8_t *p) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    // The second word only when unaligned (never a word past the data: rows end on the ring's pitch).
-    const uint32_t w0 = *reinterpret_cast<const uint32_t *>(a & ~(uintptr_t)3);
-    const uint32_t w1 = *reinterpret_cast<const uint32_t *>((a + 2) & ~(uintptr_t)3);
-    return __funnelshift_r(w0, w1, 8 * (uint32_t)(a & 3));
+// 4 bytes at p + a (p 4-byte aligned, a in {0, 2}: the caller's uniform misalignment). The second
+// word is inside the 210-byte block for every offset the Q6_K decode reads.
+__device__ __forceinline__ uint32_t lds32_sh(const uint8_t *p, int a) {
+    return __funnelshift_r(lds32(p), lds32(p + 4), 8 * a);
 }
 __device__ __forceinline__ uint32_t lds16(const uint8_t *p) { return *reinterpret_cast<const unsigned short *>(p); }
 __device__ __forceinline__ float f16f(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)h)); }
-// Bytes q in 0..63 to the signed bytes q - 32 (no carries between bytes).
-__device__ __forceinline__ uint32_t minus32(uint32_t q) {
-    const uint32_t t = q ^ 0x20202020u;
-    return t | ((t & 0x20202020u) * 6u);
-}
+// Bytes q in 0..63 to the signed bytes q - 32: q + 96 <= 159 has no carry out of its byte, and
+// adding 128 (mod 256) is flipping the top bit.
+__device__ __forceinline__ uint32_t minus32(uint32_t q) { return (q + 0x60606060u) ^ 0x80808080u; }
 // K4/K5 6-bit scale and min of sub-block j from the packed bytes (h.y, h.z, h.w = scales[0..11]).
 __device__ __forceinline__ void k_sc_m(const uint4 &h, int j, int &sc, int &m) {
     const int jj = j & 3;
@@ -167,7 +167,7 @@ __device__ __forceinline__ void cp16(uint32_t dst, const void *src, int n) {
 
 // Rows [16 MT (W b + w), +16 MT) for tokens [0, 2 NT) of this launch (T live). See the file comment.
 template <class Ty, int NT, class G = Geo<Ty, NT>>
-__global__ void __launch_bounds__(G::W * 32) mul_mv_imma(const uint8_t *__restrict__ w, size_t row_stride, int rows,
+__global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *__restrict__ w, size_t row_stride, int rows,
                                                           int cols, const uint2 *__restrict__ xq,
                                                           const float *__restrict__ sxv, const float4 *__restrict__ xsum,
                                                           int T, int steps, float *__restrict__ y) {
@@ -183,22 +183,46 @@ __global__ void __launch_bounds__(G::W * 32) mul_mv_imma(const uint8_t *__restri
     const size_t row_bytes = (size_t)steps * SB;
     const int nst = (steps + KS - 1) / KS;
 
-    // Issue stage st's copies into its slot: row r's window [lo, hi) of 16-byte granules, the
-    // bytes past the row's end zero-filled (never read past it).
+    // Issue stage st's copies into its slot: every row's window of GMAX 16-byte granules (the
+    // pitch), bytes past the stage's end zero-filled (the decode reads only the stage's own blocks)
+    // and never read. Two lane orders (Geo::CP): 0, the slot's granules in row-major order (copy i
+    // of the stage: granule i % GMAX of row i / GMAX, so an instruction reads a few rows'
+    // contiguous bytes); 1, lane L takes the granules of parity L & 1 of rows 16 m + L / 2 (16 rows
+    // x 32 bytes per instruction, fewer instructions, more rows per instruction).
+    const int rbytes = (int)row_bytes;  // a row is under 2^31 bytes (cols is an int)
+    constexpr int kJ = (GMAX + 1) / 2, kCopies = (kRW * GMAX + 31) / 32;
+    const int cr = lane >> 1, cpar = lane & 1;
+    const uint8_t *csrc[G::CP ? kMT : 1];
+    if constexpr (G::CP) {
+#pragma unroll
+        for (int m = 0; m < kMT; ++m) {
+            const int gr = row0 + 16 * m + cr < rows ? row0 + 16 * m + cr : rows - 1;
+            csrc[m] = w + (size_t)gr * row_stride + 16 * cpar;
+        }
+    }
     auto issue = [&](int st) {
         if (st < nst) {
-            const size_t o0 = (size_t)st * KS * SB;
-            const size_t o1 = o0 + (size_t)KS * SB < row_bytes ? o0 + (size_t)KS * SB : row_bytes;
-            const size_t lo = o0 & ~(size_t)15;
-            const int ng = (int)((o1 - lo + 15) / 16);
-            const uint32_t slot = ring_s + (uint32_t)((st % kStages) * kRW * P);
-            for (int i = lane; i < kRW * GMAX; i += 32) {
-                const int r = i / GMAX, k = i - r * GMAX;
-                if (k < ng) {
-                    const int gr = row0 + r < rows ? row0 + r : rows - 1;
-                    const size_t off = lo + 16 * (size_t)k;
-                    const size_t left = row_bytes - off;
-                    cp16(slot + (uint32_t)(r * P + 16 * k), w + (size_t)gr * row_stride + off, left < 16 ? (int)left : 16);
+            const int o0 = st * KS * SB, o1 = o0 + KS * SB < rbytes ? o0 + KS * SB : rbytes, lo = o0 & ~15;
+            if constexpr (G::CP) {
+                const int rem = o1 - lo - 16 * cpar;  // the lane's bytes left from its first granule
+                const uint32_t slot = ring_s + (uint32_t)((st % kStages) * kRW * P + cr * P + 16 * cpar);
+#pragma unroll
+                for (int m = 0; m < kMT; ++m)
+#pragma unroll
+                    for (int j = 0; j < kJ; ++j) {
+                        const int n = rem - 32 * j < 16 ? rem - 32 * j : 16;
+                        if (n > 0) cp16(slot + (uint32_t)(16 * m * P + 32 * j), csrc[m] + lo + 32 * j, n);
+                    }
+            } else {
+                const uint32_t slot = ring_s + (uint32_t)((st % kStages) * kRW * P + 16 * lane);
+#pragma unroll
+                for (int j = 0; j < kCopies; ++j) {
+                    const int i = lane + 32 * j, r = i / GMAX, k = i - r * GMAX;
+                    const int n = o1 - lo - 16 * k < 16 ? o1 - lo - 16 * k : 16;
+                    if ((j < kCopies - 1 || r < kRW) && n > 0) {
+                        const int gr = row0 + r < rows ? row0 + r : rows - 1;
+                        cp16(slot + (uint32_t)(512 * j), w + (size_t)gr * row_stride + lo + 16 * k, n);
+                    }
                 }
             }
         }
@@ -267,15 +291,22 @@ __global__ void __launch_bounds__(G::W * 32) mul_mv_imma(const uint8_t *__restri
                         }
                     }
             }
+            // The lane's B column of each n-tile for this step (null past T): 8 groups of 16 uint2.
+            const uint2 *bq[NT];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const int t = 2 * n + btok_off;
+                bq[n] = t < T ? xq + ((size_t)t * steps + s) * 128 + 4 * bpl + c : nullptr;
+            }
+            // Q6_K: the step's blocks start 2-byte aligned, at the same offset mod 4 in every row (the
+            // pitch is a multiple of 16): words at a 4-aligned base, one funnel shift by 8 q6a.
+            const int q6a = sb & 3;
 #pragma unroll G::GU
             for (int g = 0; g < 8; ++g) {
                 // B fragments of the NT n-tiles.
                 uint2 b[NT];
 #pragma unroll
-                for (int n = 0; n < NT; ++n) {
-                    const int t = 2 * n + btok_off;
-                    b[n] = t < T ? __ldg(xq + (((size_t)t * steps + s) * 8 + g) * 16 + 4 * bpl + c) : make_uint2(0, 0);
-                }
+                for (int n = 0; n < NT; ++n) b[n] = bq[n] != nullptr ? __ldg(bq[n] + 16 * g) : make_uint2(0, 0);
 #pragma unroll
                 for (int m = 0; m < kMT; ++m) {
                     uint32_t alo[2], ahi[2];  // rows gi, gi + 8: cols 4c.. and 16 + 4c..
@@ -299,10 +330,12 @@ __global__ void __launch_bounds__(G::W * 32) mul_mv_imma(const uint8_t *__restri
                             k_sc_m(hd[m][h], g, sc[h], mm);
                         } else {  // Q6_K: group g = (half hh = g / 4, quarter qq = g % 4)
                             const int hh = g >> 2, qq = g & 3, ns = 4 * (qq >> 1), hs = 2 * qq;
-                            const uint8_t *ql = rp + 64 * hh + 32 * (qq & 1) + 4 * c, *qhp = rp + 128 + 32 * hh + 4 * c;
-                            alo[h] = minus32(((lds32_a2(ql) >> ns) & 0x0F0F0F0Fu) | (((lds32_a2(qhp) >> hs) & 0x03030303u) << 4));
-                            ahi[h] = minus32(((lds32_a2(ql + 16) >> ns) & 0x0F0F0F0Fu) |
-                                             (((lds32_a2(qhp + 16) >> hs) & 0x03030303u) << 4));
+                            const uint8_t *ab = rp - q6a + 4 * c;  // 4-byte aligned
+                            const int ql = 64 * hh + 32 * (qq & 1), qhp = 128 + 32 * hh;
+                            alo[h] = minus32(((lds32_sh(ab + ql, q6a) >> ns) & 0x0F0F0F0Fu) |
+                                             (((lds32_sh(ab + qhp, q6a) >> hs) & 0x03030303u) << 4));
+                            ahi[h] = minus32(((lds32_sh(ab + ql + 16, q6a) >> ns) & 0x0F0F0F0Fu) |
+                                             (((lds32_sh(ab + qhp + 16, q6a) >> hs) & 0x03030303u) << 4));
                             const uint32_t s2 = lds16(rp + 192 + 2 * g);
                             sc[h] = (int)(int8_t)(s2 & 0xFFu);
                             sc2[h] = (int)(int8_t)(s2 >> 8);
