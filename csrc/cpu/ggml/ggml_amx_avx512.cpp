@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/ggml/ggml_amx.hpp"
+#include "cpu/ggml/k_scales.hpp"
 #include "lmtail/blocks/q4_0.h"
 #include "lmtail/blocks/q4_k.h"
 #include "lmtail/blocks/q5_k.h"
@@ -143,13 +144,8 @@ void k45_rows(const MatvecCall &c, const float *xd, const uint8_t *xperm, const 
             uint16_t h[2];
             std::memcpy(h, p, 4);
             const float d = _cvtsh_ss(h[0]), dmin = _cvtsh_ss(h[1]);
-            // 12 packed bytes -> u = 8 scales then 8 mins (6 bits each, ggml's packing)
-            uint32_t u[4], a[3];
-            std::memcpy(a, p + 4, 12);
-            u[0] = a[0] & 0x3f3f3f3fu;
-            u[1] = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-            u[2] = a[1] & 0x3f3f3f3fu;
-            u[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+            uint32_t u[4];
+            ggml_x86::k_scales_mins(p + 4, u);
             const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)u));
             const __m256i mins = _mm512_extracti32x8_epi32(scm, 1);
             const uint8_t *qs = p + (kQ5 ? 48 : 16);

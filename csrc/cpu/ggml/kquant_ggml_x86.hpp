@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/ggml/k_scales.hpp"
 #include "cpu/ggml/kquant_ggml.hpp"
 #include "cpu/internal.hpp"
 #include "lmtail/blocks/q6_k.h"
@@ -73,13 +74,8 @@ inline void k45_decode(const uint8_t *p, K45Codes &k) {
     std::memcpy(h, p, 4);
     k.d = h2f(h[0]);
     k.dmin = h2f(h[1]);
-    // 12 packed bytes -> u[0..1] = 8 scales, u[2..3] = 8 mins (6 bits each, ggml's packing)
-    uint32_t u[4], a[3];
-    std::memcpy(a, p + 4, 12);
-    u[0] = a[0] & 0x3f3f3f3fu;
-    u[1] = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-    u[2] = a[1] & 0x3f3f3f3fu;
-    u[3] = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+    uint32_t u[4];
+    k_scales_mins(p + 4, u);
     const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u));
     k.mn16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(u + 2)));
     const __m256i sc = _mm256_broadcastsi128_si256(sc16);

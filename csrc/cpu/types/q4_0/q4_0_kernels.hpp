@@ -9,11 +9,30 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/types/types.hpp"
 #include "lmtail/blocks/q4_0.h"
 
 namespace lmt::cpu::q4_0 {
+
+// Activation rows in groups of 8, then one group of the rest (1-7): f(std::integral_constant<int,
+// N>, first row), so a kernel's row loop is instantiated for each group size it meets.
+template <class F>
+inline void for_token_groups8(int64_t T, F &&f) {
+    int64_t t = 0;
+    for (; t + 8 <= T; t += 8) f(std::integral_constant<int, 8>{}, t);
+    switch (T - t) {
+        case 7: f(std::integral_constant<int, 7>{}, t); break;
+        case 6: f(std::integral_constant<int, 6>{}, t); break;
+        case 5: f(std::integral_constant<int, 5>{}, t); break;
+        case 4: f(std::integral_constant<int, 4>{}, t); break;
+        case 3: f(std::integral_constant<int, 3>{}, t); break;
+        case 2: f(std::integral_constant<int, 2>{}, t); break;
+        case 1: f(std::integral_constant<int, 1>{}, t); break;
+        default: break;
+    }
+}
 
 struct Args {
     const uint8_t *w;

@@ -98,18 +98,7 @@ static void row_tg(const I24Args &a, int64_t r, int64_t t0) {
 
 void matvec_i24_neon_dot(const I24Args &a, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-        int64_t t = 0;
-        for (; t + 8 <= a.T; t += 8) row_tg<8>(a, r, t);
-        switch (a.T - t) {
-            case 7: row_tg<7>(a, r, t); break;
-            case 6: row_tg<6>(a, r, t); break;
-            case 5: row_tg<5>(a, r, t); break;
-            case 4: row_tg<4>(a, r, t); break;
-            case 3: row_tg<3>(a, r, t); break;
-            case 2: row_tg<2>(a, r, t); break;
-            case 1: row_tg<1>(a, r, t); break;
-            default: break;
-        }
+        for_token_groups8(a.T, [&](auto n, int64_t t) { row_tg<decltype(n)::value>(a, r, t); });
     }
 }
 
