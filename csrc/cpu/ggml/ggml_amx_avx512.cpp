@@ -38,7 +38,7 @@ void q0_rows16(const MatvecCall &c, const lmt_block_q8_0 *xq, const float *xd, c
                int64_t r1) {
     const int64_t nb = c.cols / 32;
     constexpr int kBytes = kQ4 ? LMT_Q4_0_BLOCK_BYTES : LMT_Q8_0_BLOCK_BYTES;
-    constexpr int kShift = kQ4 ? 3 : 7;  // the sum(x) correction: 8 or 128 times it
+    constexpr int32_t kCentre = kQ4 ? 8 : 128;  // the sum(x) correction: 8 or 128 times it
     thread_local std::vector<__m512> acc;
     acc.resize((size_t)c.T);
     const __m512i m4 = _mm512_set1_epi8(0xF), flip = _mm512_set1_epi8((char)0x80);
@@ -95,7 +95,7 @@ void q0_rows16(const MatvecCall &c, const lmt_block_q8_0 *xq, const float *xd, c
                                                 _mm512_shuffle_i32x4(a, e, _MM_SHUFFLE(3, 1, 3, 1)));
                     }
                 }
-                const __m512i s = _mm512_sub_epi32(sum_rows4x4(z), _mm512_set1_epi32(xsum[xi] << kShift));
+                const __m512i s = _mm512_sub_epi32(sum_rows4x4(z), _mm512_set1_epi32(xsum[xi] * kCentre));
                 acc[(size_t)t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xd[xi])),
                                                  acc[(size_t)t]);
             }
