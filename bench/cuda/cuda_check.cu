@@ -27,6 +27,24 @@ static double wall_ms(std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
 }
 
+// Device time of one call of f between the events e0 and e1, in ms.
+template <typename F>
+static float event_ms(cudaEvent_t e0, cudaEvent_t e1, F &&f) {
+    cudaEventRecord(e0);
+    f();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms;
+    cudaEventElapsedTime(&ms, e0, e1);
+    return ms;
+}
+
+template <typename T>
+static double median_of(std::vector<T> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
 template <typename F>
 static void time_it(const char *name, int reps, double bytes, F &&f) {
     cudaEvent_t e0, e1;
@@ -38,18 +56,10 @@ static void time_it(const char *name, int reps, double bytes, F &&f) {
     std::vector<double> host;
     for (int i = 0; i < reps; ++i) {
         auto t0 = std::chrono::steady_clock::now();
-        cudaEventRecord(e0);
-        f();
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
+        dev.push_back(event_ms(e0, e1, f));
         host.push_back(wall_ms(t0));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        dev.push_back(ms);
     }
-    std::sort(dev.begin(), dev.end());
-    std::sort(host.begin(), host.end());
-    const double d = dev[dev.size() / 2], h = host[host.size() / 2];
+    const double d = median_of(dev), h = median_of(host);
     std::printf("%-44s device %9.4f ms  host %9.4f ms", name, d, h);
     if (bytes > 0) std::printf("  %7.1f GB/s", bytes / (d * 1e-3) / 1e9);
     std::printf("\n");
@@ -262,17 +272,8 @@ static double copy_bandwidth_gbs() {
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     std::vector<float> ms;
-    for (int i = 0; i < 11; ++i) {
-        cudaEventRecord(e0);
-        cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float m;
-        cudaEventElapsedTime(&m, e0, e1);
-        ms.push_back(m);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double gbs = 2.0 * n / (ms[ms.size() / 2] * 1e-3) / 1e9;
+    for (int i = 0; i < 11; ++i) ms.push_back(event_ms(e0, e1, [&] { cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice); }));
+    const double gbs = 2.0 * n / (median_of(ms) * 1e-3) / 1e9;
     std::printf("copy bandwidth (device-to-device, read + write, 2 GiB): %.0f GB/s\n", gbs);
     return gbs;
 }
@@ -309,17 +310,8 @@ static void bench_types(int rows, int cols, int reps) {
             auto go = [&] { cuda::launch_mul_mv(type, dw.as<uint8_t>(), stride, rows, cols, dx.as<float>(), T, dy.as<float>(), 0); };
             for (int i = 0; i < 3; ++i) go();
             std::vector<float> ms;
-            for (int i = 0; i < reps; ++i) {
-                cudaEventRecord(e0);
-                go();
-                cudaEventRecord(e1);
-                cudaEventSynchronize(e1);
-                float m;
-                cudaEventElapsedTime(&m, e0, e1);
-                ms.push_back(m);
-            }
-            std::sort(ms.begin(), ms.end());
-            const double m = ms[ms.size() / 2];
+            for (int i = 0; i < reps; ++i) ms.push_back(event_ms(e0, e1, go));
+            const double m = median_of(ms);
             std::printf(" %.3f (%.0f%%) |", m, 100.0 * bytes / (m * 1e-3) / 1e9 / copy_gbs);
         }
         std::printf("\n");
@@ -365,19 +357,9 @@ static void bench_ab(int rows, int cols, int reps, bool all_t) {
             for (int i = 0; i < 3; ++i) { go(true); go(false); }
             std::vector<float> ma, mb;
             for (int i = 0; i < reps; ++i)
-                for (int v = 0; v < 2; ++v) {
-                    cudaEventRecord(e0);
-                    go(v == 0);
-                    cudaEventRecord(e1);
-                    cudaEventSynchronize(e1);
-                    float m;
-                    cudaEventElapsedTime(&m, e0, e1);
-                    (v == 0 ? ma : mb).push_back(m);
-                }
+                for (int v = 0; v < 2; ++v) (v == 0 ? ma : mb).push_back(event_ms(e0, e1, [&] { go(v == 0); }));
             cuda::mul_mv_force_f32_for_testing(false);
-            std::sort(ma.begin(), ma.end());
-            std::sort(mb.begin(), mb.end());
-            const double a = ma[ma.size() / 2], b = mb[mb.size() / 2];
+            const double a = median_of(ma), b = median_of(mb);
             std::printf("| %s | %.3f | %d | %.3f (%.0f%%) | %.3f (%.0f%%) | %.2f |\n", ti.name, bytes / (copy_gbs * 1e9) * 1e3, T,
                         a, 100.0 * bytes / (a * 1e-3) / 1e9 / copy_gbs, b, 100.0 * bytes / (b * 1e-3) / 1e9 / copy_gbs, b / a);
             std::fflush(stdout);
