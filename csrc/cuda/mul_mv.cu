@@ -1,9 +1,9 @@
 // y[t][r] = sum_c W[r][c] x[t][c] for every weight type the CUDA backend runs (Q6_K, Q8_0, Q4_0,
 // Q4_K, Q5_K, F16, BF16, F32), f32 activations and f32 accumulation, T >= 1 tokens.
 //
-// Q4_K, Q5_K and Q6_K with 16-byte aligned rows run on integer tensor cores instead
+// The quantised types with 16-byte aligned rows run on integer tensor cores instead
 // (mul_mv_imma.cuh, included below; batch invariant too, by exact int32 sums). The f32 kernel here
-// runs the other types (docs/DESIGN.md, "CUDA backend"):
+// runs the floats and quantised rows of other strides (docs/DESIGN.md, "CUDA backend"):
 // * Lane L of a warp owns columns [256 s + 8 L, 256 s + 8 L + 8) of step s, whatever the type (a
 //   quarter of a Q8_0/Q4_0 block, an eighth of a K sub-block pair, 8 floats). Those 8 weights
 //   share one block scale (and min), so the lane's partial for one row and token is
@@ -365,10 +365,10 @@ void launch_type(const uint8_t *w, size_t row_stride, int rows, int cols, const 
     }
 }
 
-// Q4_K, Q5_K, Q6_K: integer tensor cores (mul_mv_imma.cuh) whenever the rows are 16-byte aligned
+// Quantised types: integer tensor cores (mul_mv_imma.cuh) whenever the rows are 16-byte aligned
 // (row_stride % 16 == 0, as DeviceHead and lmtail_cuda_check store them), else the f32 kernel above.
 // The rule reads the stride only, never T, so a token's logits come from the same kernel at every T
-// (each is batch invariant). The other types run the f32 kernel (faster for them, measured).
+// (each is batch invariant). The floats run the f32 kernel (at the copy bandwidth at T = 1).
 template <class Ty, class Imma>
 void launch_quant(const uint8_t *w, size_t row_stride, int rows, int cols, const float *x, int T, float *y,
                   cudaStream_t st) {
@@ -389,8 +389,8 @@ struct TypeRow {
 constexpr TypeRow kTypes[] = {
     {0, "F32", 1, 4, 8, 16, launch_type<TypeF32>},
     {1, "F16", 1, 2, 8, 16, launch_type<TypeF16>},
-    {2, "Q4_0", 32, LMT_Q4_0_BLOCK_BYTES, 32, 2, launch_type<TypeQ4_0>},
-    {8, "Q8_0", 32, LMT_Q8_0_BLOCK_BYTES, 32, 2, launch_type<TypeQ8_0>},
+    {2, "Q4_0", 32, LMT_Q4_0_BLOCK_BYTES, 32, 2, (launch_quant<TypeQ4_0, imma::Q40>)},
+    {8, "Q8_0", 32, LMT_Q8_0_BLOCK_BYTES, 32, 2, (launch_quant<TypeQ8_0, imma::Q80>)},
     {12, "Q4_K", 256, LMT_Q4K_BLOCK_BYTES, 256, 16, (launch_quant<TypeQ4K, imma::Q4K>)},
     {13, "Q5_K", 256, LMT_Q5K_BLOCK_BYTES, 256, 16, (launch_quant<TypeQ5K, imma::Q5K>)},
     {14, "Q6_K", 256, LMT_Q6K_BLOCK_BYTES, 256, 2, (launch_quant<TypeQ6K, imma::Q6K>)},

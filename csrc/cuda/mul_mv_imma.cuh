@@ -1,56 +1,62 @@
-// The K quants (Q4_K, Q5_K, Q6_K) on integer tensor cores, batch invariant. Included by mul_mv.cu
-// (one translation unit; its type table routes these three types here). Q4_0 and Q8_0 ran slower
-// than the f32 kernel at T = 1 this way (docs/NOTES.md) and stay there (their variant: git history,
-// bench/cuda/mul_mv_imma_with_q0.cuh at 8d50482).
+// The quantised types (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) on integer tensor cores, batch invariant.
+// Included by mul_mv.cu (one translation unit; its type table routes these types here).
 //
 // * x is prepared once per call (imma_prep_x): per token and 256-column step a power of two sx =
 //   2^e (|x| / sx < 2^30 over the step) and X = rint(x / sx) as four balanced signed byte planes,
 //   X = 2^24 p0 + 2^16 p1 + 2^8 p2 + p3 (every element within 2^-30 max|x_step| of x).
 //   K types also get the f32 sum of x over each 32-column sub-block (the min term).
-// * W's stored codes as signed bytes (Q4_K/Q5_K q in 0..31, Q6_K q - 32) times the planes on
-//   mma.sync m16n8k32 s8 (two m16n8k16 for Q6_K's 16-weight scales): exact int32 sums, and the
-//   6-bit (Q4_K/Q5_K) or int8 (Q6_K) sub-block scales multiply them exactly in int32 (|sum| < 2^28),
-//   so the f32 epilogue runs once per 256-column super-block and any tiling gives the same integers.
+// * W's stored codes as signed bytes (Q4_0 q - 8, Q8_0 q, Q4_K/Q5_K q in 0..31, Q6_K q - 32) times
+//   the planes on mma.sync m16n8k32 s8 (two m16n8k16 for Q6_K's 16-weight scales): exact int32
+//   sums. The K types' 6-bit or int8 sub-block scales multiply them exactly in int32 (|sum| < 2^28),
+//   so their f32 epilogue runs once per 256-column super-block; Q4_0 / Q8_0 (an f16 scale per 32
+//   columns) run it once per block. Any tiling gives the same integers.
 // * One f32 epilogue per (row, token, scale block), the same instruction sequence whatever T is or
 //   which MMA column holds the token: the token's planes (0, 1) and (2, 3) sit in two lanes, each
 //   keeping its own f32 accumulator over the row's blocks in column order; y = acc01 + acc23. So a
 //   token's logits are the same bytes at T = 1 and inside any batch. A non-finite x makes the
 //   step's sx NaN, so the token's logits are NaN.
 // * Memory: a warp owns 16 MT rows (MT m16 tiles) over all columns and streams them through a
-//   private shared-memory ring of S stages (16-byte cp.async of each row's contiguous block bytes;
-//   only __syncwarp, no CTA barrier); the MMA fragments are read from there. This is what the first
-//   integer attempt lacked (fragment loads straight from global memory touched 8 rows each with
-//   2-byte loads). Needs 16-byte aligned rows (the caller's rule).
+//   private shared-memory ring of S stages (16-byte cp.async of each row's contiguous block bytes);
+//   the MMA fragments are read from there. The x planes come through L1 (T <= 2) or a CTA-wide ring
+//   beside it (Geo::XS). Needs 16-byte aligned rows (the caller's rule).
 #pragma once
 
 namespace imma {
 
-enum Family { kFamK, kFamQ6 };
+enum Family { kFamQ0, kFamK, kFamQ6 };
 
-// Per type: ggml id, bytes per 256 columns (one block), family, whether it has a min term.
-struct Q4K { static constexpr int kId = 12, kSB = LMT_Q4K_BLOCK_BYTES; static constexpr Family kFam = kFamK; static constexpr bool kMin = true; };
-struct Q5K { static constexpr int kId = 13, kSB = LMT_Q5K_BLOCK_BYTES; static constexpr Family kFam = kFamK; static constexpr bool kMin = true; };
-struct Q6K { static constexpr int kId = 14, kSB = LMT_Q6K_BLOCK_BYTES; static constexpr Family kFam = kFamQ6; static constexpr bool kMin = false; };
+// Per type: ggml id, bytes per 256 columns (one K block, eight Q4_0/Q8_0 blocks), family, whether it
+// has a min term; kBB: bytes of one block.
+struct Q40 { static constexpr int kId = 2, kBB = LMT_Q4_0_BLOCK_BYTES, kSB = 8 * kBB; static constexpr Family kFam = kFamQ0; static constexpr bool kMin = false; };
+struct Q80 { static constexpr int kId = 8, kBB = LMT_Q8_0_BLOCK_BYTES, kSB = 8 * kBB; static constexpr Family kFam = kFamQ0; static constexpr bool kMin = false; };
+struct Q4K { static constexpr int kId = 12, kBB = LMT_Q4K_BLOCK_BYTES, kSB = kBB; static constexpr Family kFam = kFamK; static constexpr bool kMin = true; };
+struct Q5K { static constexpr int kId = 13, kBB = LMT_Q5K_BLOCK_BYTES, kSB = kBB; static constexpr Family kFam = kFamK; static constexpr bool kMin = true; };
+struct Q6K { static constexpr int kId = 14, kBB = LMT_Q6K_BLOCK_BYTES, kSB = kBB; static constexpr Family kFam = kFamQ6; static constexpr bool kMin = false; };
 
-// Launch geometry per type and regime (NT = n-tiles: T <= 2 or more): ring stages S, warps per CTA
-// W, m16 tiles per warp MT (16 MT rows), 256-column steps per stage KS, CTAs per SM the registers
-// are capped for MB, the ring's copy order CP (see mul_mv_imma). Performance only: the int32 sums
-// are exact and the epilogue is per (row, token), so no geometry changes a result, and the two
-// regimes of a type may differ. Measured on an H100 (docs/NOTES.md, bench/cuda/imma_sweep.sh; the
-// sweep there found 3:4:1:1:1 with CP = (NT > 1) better for every type, not yet checked as the product).
+// Launch geometry per type and regime (NT = n-tiles: 1 for T <= 2, 2 for T <= 4, 4 for more): ring
+// stages S, warps per CTA W, m16 tiles per warp MT (16 MT rows), 256-column steps per stage KS, CTAs
+// per SM the registers are capped for MB, the ring's copy order CP (see mul_mv_imma), unroll GU of
+// a step's 8 groups, XS: the x planes staged once per CTA in shared memory (its warps then move in
+// step, a CTA barrier per stage) instead of each warp reading them through L1. Performance only:
+// the int32 sums are exact and the epilogue is per (row, token), so no geometry changes a result.
+// Rule (bench/cuda/imma_sweep.sh, H100 and H200, docs/NOTES.md): one warp per 16 rows at T <= 2,
+// where each warp's own x reads are cheap; from T = 3 on the x planes (4 bytes per element and
+// token) outweigh the weights, so the CTA shares them and the small-block types (<= 176 bytes per
+// 256 columns) take 32 rows per warp to read them half as often.
 #ifdef LMT_IMMA_SWEEP  // one geometry per regime (T <= 2: NT = 1; more) for every type (the sweep builds)
 template <class Ty, int NT>
 struct Geo {
     static constexpr int S = NT == 1 ? LMT_G1_S : LMT_G8_S, W = NT == 1 ? LMT_G1_W : LMT_G8_W;
     static constexpr int MT = NT == 1 ? LMT_G1_MT : LMT_G8_MT, MB = NT == 1 ? LMT_G1_MB : LMT_G8_MB;
-    static constexpr int KS = NT == 1 ? LMT_G1_KS : LMT_G8_KS, GU = 8, CP = NT == 1 ? LMT_G1_CP : LMT_G8_CP;
+    static constexpr int KS = NT == 1 ? LMT_G1_KS : LMT_G8_KS, CP = NT == 1 ? LMT_G1_CP : LMT_G8_CP;
+    static constexpr int GU = NT == 1 ? LMT_G1_GU : LMT_G8_GU;  // unroll of the 8 groups of a step
+    static constexpr int XS = NT == 1 ? LMT_G1_XS : LMT_G8_XS;
 };
 #else
 template <class Ty, int NT>
 struct Geo {
-    static constexpr int S = Ty::kId == 12 && NT > 1 ? 4 : 3, W = 4, MT = Ty::kId == 14 && NT == 1 ? 1 : 2, KS = 1, GU = 8;
-    static constexpr int MB = 1;                        // minimum CTAs per SM (__launch_bounds__)
-    static constexpr int CP = NT > 1 || Ty::kId == 14;  // the ring's copy order (see mul_mv_imma)
+    static constexpr int S = 3, W = 4, KS = 1, GU = 8, MB = 1, CP = 0;
+    static constexpr int XS = NT > 1, MT = NT > 1 && Ty::kSB <= 176 ? 2 : 1;
 };
 #endif
 
@@ -62,8 +68,13 @@ __host__ __device__ constexpr int pitch() {
     constexpr int g = (span + 15) / 16 + (span % 16 ? 1 : 0);
     return 16 * (g % 2 ? g : g + 1);
 }
+// One stage of the CTA's x ring (Geo::XS): the 2 NT tokens' planes of KS steps, 1 KB each.
+template <int NT, class G>
+__host__ __device__ constexpr int x_stage_bytes() { return G::XS ? 2 * NT * G::KS * 1024 : 0; }
 template <class Ty, int NT, class G = Geo<Ty, NT>>
-__host__ __device__ constexpr int smem_bytes() { return G::W * G::S * 16 * G::MT * pitch<Ty, G::KS>(); }
+__host__ __device__ constexpr int smem_bytes() {
+    return G::W * G::S * 16 * G::MT * pitch<Ty, G::KS>() + G::S * x_stage_bytes<NT, G>();
+}
 
 // ---- x preparation: one warp per (token, step); lane L = (group g = L / 4, c = L % 4) holds the
 // columns 4c .. 4c + 3 and 16 + 4c .. of group g, the k slots of MMA lane c. ------------------------
@@ -177,10 +188,14 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int gi = lane >> 2, c = lane & 3;
     const int row0 = (blockIdx.x * kWarps + wp) * kRW;
-    if (row0 >= rows) return;
+    // With the CTA's x ring every warp copies and meets the barriers; rows past the end are clamped.
+    if (!G::XS && row0 >= rows) return;
     uint8_t *ring = smem + (size_t)wp * kStages * kRW * P;
+    constexpr int XB = x_stage_bytes<NT, G>();
+    const uint8_t *xring = smem + (size_t)kWarps * kStages * kRW * P;
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
-    const size_t row_bytes = (size_t)steps * SB;
+    // Q4_0 / Q8_0 rows may end inside a step (cols % 256 == 32 k); the K types' never do.
+    const size_t row_bytes = Ty::kFam == kFamQ0 ? (size_t)cols / 32 * Ty::kBB : (size_t)steps * SB;
     const int nst = (steps + KS - 1) / KS;
 
     // Issue stage st's copies into its slot: every row's window of GMAX 16-byte granules (the
@@ -225,6 +240,21 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
                     }
                 }
             }
+            if constexpr (G::XS != 0) {
+                // The CTA's x stage: granule i = (token, step, 16-byte piece); tokens past T zero-filled.
+                constexpr int kXG = XB / 16, kThreads = 32 * kWarps;
+                const uint32_t xslot = (uint32_t)__cvta_generic_to_shared(xring) + (uint32_t)((st % kStages) * XB);
+#pragma unroll
+                for (int j = 0; j < (kXG + kThreads - 1) / kThreads; ++j) {
+                    const int i = (int)threadIdx.x + kThreads * j;
+                    if (kXG % kThreads == 0 || i < kXG) {
+                        const int tk = i / (KS * 64), ks = (i / 64) % KS, q = i % 64, s = st * KS + ks;
+                        const bool ok = tk < T && s < steps;
+                        const uint2 *src = ok ? xq + ((size_t)tk * steps + s) * 128 + 2 * q : xq;
+                        cp16(xslot + 16u * (uint32_t)i, src, ok ? 16 : 0);
+                    }
+                }
+            }
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
@@ -248,9 +278,17 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
 #pragma unroll
     for (int i = 0; i < kStages - 1; ++i) issue(i);
     for (int st = 0; st < nst; ++st) {
-        issue(st + kStages - 1);
-        asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
-        __syncwarp();
+        if constexpr (G::XS != 0) {
+            // Stage st landed for every thread, and every warp is done with stage st - 1's slot,
+            // which the next issue overwrites.
+            asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 2) : "memory");
+            __syncthreads();
+            issue(st + kStages - 1);
+        } else {
+            issue(st + kStages - 1);
+            asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
+            __syncwarp();
+        }
         const uint8_t *slot = ring + (st % kStages) * kRW * P;
         const int lo = (int)(((size_t)st * KS * SB) & 15);  // the window's start within its granule
 #pragma unroll
@@ -296,25 +334,49 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 const int t = 2 * n + btok_off;
-                bq[n] = t < T ? xq + ((size_t)t * steps + s) * 128 + 4 * bpl + c : nullptr;
+                if constexpr (G::XS != 0)
+                    bq[n] = reinterpret_cast<const uint2 *>(xring + (st % kStages) * XB + (t * KS + ks) * 1024) + 4 * bpl + c;
+                else
+                    bq[n] = t < T ? xq + ((size_t)t * steps + s) * 128 + 4 * bpl + c : nullptr;
             }
             // Q6_K: the step's blocks start 2-byte aligned, at the same offset mod 4 in every row (the
             // pitch is a multiple of 16): words at a 4-aligned base, one funnel shift by 8 q6a.
             const int q6a = sb & 3;
+            const int ngr = Ty::kFam == kFamQ0 ? min(8, (cols - 256 * s) / 32) : 8;  // groups in this step
 #pragma unroll G::GU
             for (int g = 0; g < 8; ++g) {
+                if (g >= ngr) break;
                 // B fragments of the NT n-tiles.
                 uint2 b[NT];
 #pragma unroll
-                for (int n = 0; n < NT; ++n) b[n] = bq[n] != nullptr ? __ldg(bq[n] + 16 * g) : make_uint2(0, 0);
+                for (int n = 0; n < NT; ++n) {
+                    if constexpr (G::XS != 0) b[n] = bq[n][16 * g];
+                    else b[n] = bq[n] != nullptr ? __ldg(bq[n] + 16 * g) : make_uint2(0, 0);
+                }
 #pragma unroll
                 for (int m = 0; m < kMT; ++m) {
                     uint32_t alo[2], ahi[2];  // rows gi, gi + 8: cols 4c.. and 16 + 4c..
                     int sc[2], sc2[2];
+                    float dq[2];
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const uint8_t *rp = rowp[m][h];
-                        if constexpr (Ty::kId == 12) {
+                        if constexpr (Ty::kFam == kFamQ0) {
+                            // Block g starts at kBB g (sb is 16-aligned: kSB is a multiple of 16), its
+                            // codes 2 bytes in: 4-aligned for odd g, 2 off for even g (kBB = 2 mod 4).
+                            const uint8_t *bk = rp + Ty::kBB * g;
+                            const uint8_t *ab = bk + 4 * c + (g & 1 ? 2 : 0);
+                            auto word = [&](int o) { return g & 1 ? lds32(ab + o) : lds32_sh(ab + o, 2); };
+                            if constexpr (Ty::kId == 8) {
+                                alo[h] = word(0);
+                                ahi[h] = word(16);
+                            } else {  // q - 8 as s8: q + 120 <= 135 has no carry, then flip the top bit
+                                const uint32_t q = word(0);
+                                alo[h] = ((q & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+                                ahi[h] = (((q >> 4) & 0x0F0F0F0Fu) + 0x78787878u) ^ 0x80808080u;
+                            }
+                            dq[h] = f16f(lds16(bk));
+                        } else if constexpr (Ty::kId == 12) {
                             const uint8_t *qs = rp + 16 + 32 * (g >> 1) + 4 * c;
                             const int sh = 4 * (g & 1);
                             alo[h] = (lds32(qs) >> sh) & 0x0F0F0F0Fu;
@@ -343,7 +405,17 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
                     }
 #pragma unroll
                     for (int n = 0; n < NT; ++n) {
-                        if constexpr (Ty::kFam == kFamQ6) {
+                        if constexpr (Ty::kFam == kFamQ0) {
+                            // The f32 epilogue per 32-column block: planes (0, 1) or (2, 3) combined in
+                            // int32 (|256 d0 + d1| < 2^28) and converted once (the same rounding as
+                            // fmaf(d0, 256, d1) in floats), times d 2^e (exact), added in column order.
+                            int d[4];
+                            mma_k32(alo[0], alo[1], ahi[0], ahi[1], b[n].x, b[n].y, d);
+#pragma unroll
+                            for (int h = 0; h < 2; ++h)
+                                acc[m][n][h] = fmaf(__int2float_rn(d[2 * h] * 256 + d[2 * h + 1]), __fmul_rn(dq[h], sxp[n]),
+                                                    acc[m][n][h]);
+                        } else if constexpr (Ty::kFam == kFamQ6) {
                             int dl[4], dh[4];
                             mma_k16(alo[0], alo[1], b[n].x, dl);
                             mma_k16(ahi[0], ahi[1], b[n].y, dh);
@@ -359,7 +431,7 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
                     }
                 }
             }
-            {
+            if constexpr (Ty::kFam != kFamQ0) {
                 // The f32 epilogue per super-block: d * (planes) * sx - dmin * sum_j m_j xs_j.
 #pragma unroll
                 for (int m = 0; m < kMT; ++m)
@@ -395,7 +467,7 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
                     }
             }
         }
-        __syncwarp();  // every lane done with this slot before a later issue overwrites it
+        if constexpr (G::XS == 0) __syncwarp();  // every lane done with this slot before a later issue overwrites it
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 #pragma unroll
