@@ -9,6 +9,12 @@ greedy tail (norm, head, soft cap, argmax, 4 B back), tail + top-40, argmax and 
 202048 row; the ratios; % of the device-to-device copy bandwidth measured in the same run; and the
 logits' error of both engines against an f64 reference.
 
+--ggml-types: builds and runs ggml_types instead (bench/cuda/ggml_types.cu): every weight type's
+head matvec at 202048 x 6656, T = 1, 2, 4, 8, 16, ggml_mul_mat in one ggml graph against lmtail's
+launch_mul_mv on the same weight bytes (lmtail's quantiser, as --types), host wall of both engines
+interleaved, lmtail's device time as % of the copy bandwidth of the same run, and the two engines'
+logits agreement at T = 1 and 8.
+
 --types (no ggml build): every weight type's head matvec at 202048 x 6656 for T = 1, 2, 4, 8, 16
 from lmtail_cuda_check (CUDA events, the copy bandwidth measured in the same run), next to
 cuBLAS F16/BF16 through PyTorch when it is importable, and otherwise the published ggml/cuBLAS
@@ -115,6 +121,9 @@ def main() -> int:
     ap.add_argument("--python-routes", action="store_true")
     ap.add_argument("--build-only", action="store_true", help="configure and build, do not run")
     ap.add_argument("--types", action="store_true", help="the per-type table (lmtail_cuda_check bench-types)")
+    ap.add_argument("--ggml-types", action="store_true",
+                    help="build (if needed) and run ggml_types (every type's matvec, ggml vs lmtail), "
+                         "not ggml_anchor")
     ap.add_argument("--check-bin", default="/tmp/skb/lmtail_cuda_check", help="lmtail_cuda_check for --types")
     args = ap.parse_args()
     if args.types:
@@ -126,11 +135,12 @@ def main() -> int:
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
     run(["cmake", "-S", str(ROOT / "bench" / "cuda" / "anchor"), "-B", str(build), *gen, "-DCMAKE_BUILD_TYPE=Release",
          f"-DGGML_SRC={ggml}", "-DCMAKE_CUDA_ARCHITECTURES=90"], log)
-    run(["cmake", "--build", str(build), "--target", "ggml_anchor", "-j", str(args.jobs)], log)
+    target = "ggml_types" if args.ggml_types else "ggml_anchor"
+    run(["cmake", "--build", str(build), "--target", target, "-j", str(args.jobs)], log)
     print(f"ggml sources: {ggml}", flush=True)
     if args.build_only:
         return 0
-    p = subprocess.run([str(build / "ggml_anchor"), str(args.reps)])
+    p = subprocess.run([str(build / target), str(args.reps)])
     if p.returncode != 0:
         return p.returncode
     if args.python_routes:

@@ -62,6 +62,8 @@ LD_PRELOAD="$asan $ubsan" "$venv/bin/python" -c "
 import lmtail._core as c, sys
 assert c.__file__.startswith('$venv'), c.__file__
 print('sanitized module:', c.__file__)"
-# Python and numpy leak by design at exit; everything else must be clean.
-LD_PRELOAD="$asan $ubsan" "$venv/bin/python" -m pytest "$@"
+# Python and numpy leak by design at exit; everything else must be clean. --capture=sys: the
+# sanitizers write to fd 2 and halt_on_error exits at once, so pytest's fd capture would swallow the
+# report (a UBSan stop once showed as a bare exit status).
+LD_PRELOAD="$asan $ubsan" "$venv/bin/python" -m pytest --capture=sys "$@"
 echo "sanitizer run: OK"
