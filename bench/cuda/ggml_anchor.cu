@@ -31,6 +31,7 @@
 #include "ggml.h"
 
 #include "cuda/launch.hpp"
+#include "ggml_graph.hpp"
 #include "mul_mv_q5_K_variants.hpp"
 #include "lmtail/kernel_abi.h"
 
@@ -158,28 +159,6 @@ Timing measure(cudaStream_t st, const std::function<void()> &submit, const std::
     return r;
 }
 
-struct GGraph {
-    ggml_context *ctx = nullptr;
-    ggml_cgraph *gf = nullptr;
-    ggml_gallocr_t ga = nullptr;
-    ggml_tensor *out = nullptr;
-};
-
-GGraph build(ggml_backend_t be, const std::function<ggml_tensor *(ggml_context *)> &f) {
-    GGraph g;
-    ggml_init_params p = {ggml_tensor_overhead() * 64 + ggml_graph_overhead(), nullptr, true};
-    g.ctx = ggml_init(p);
-    g.out = f(g.ctx);
-    g.gf = ggml_new_graph(g.ctx);
-    ggml_build_forward_expand(g.gf, g.out);
-    g.ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
-    if (!ggml_gallocr_alloc_graph(g.ga, g.gf)) {
-        std::fprintf(stderr, "ggml_gallocr_alloc_graph failed\n");
-        std::exit(3);
-    }
-    return g;
-}
-
 struct Row {
     std::string name;
     Timing lm, gg;
@@ -249,13 +228,13 @@ int main(int argc, char **argv) {
         ggml_tensor *n = ggml_mul(c, ggml_rms_norm(c, hview(c, T), kEps), G);
         return cap_nodes(c, ggml_mul_mat(c, W, n));
     };
-    GGraph g_mm1 = build(be, [&](ggml_context *c) { return ggml_mul_mat(c, W, hview(c, 1)); });
-    GGraph g_mm8 = build(be, [&](ggml_context *c) { return ggml_mul_mat(c, W, hview(c, 8)); });
-    GGraph g_tail1 = build(be, [&](ggml_context *c) { return ggml_argmax(c, tail_in(c, 1)); });
-    GGraph g_tail8 = build(be, [&](ggml_context *c) { return ggml_argmax(c, tail_in(c, 8)); });
-    GGraph g_tailk = build(be, [&](ggml_context *c) { return ggml_top_k(c, tail_in(c, 1), kK); });
-    GGraph g_am = build(be, [&](ggml_context *c) { return ggml_argmax(c, ggml_view_2d(c, L, kRows, 1, L->nb[1], 0)); });
-    GGraph g_tk = build(be, [&](ggml_context *c) { return ggml_top_k(c, ggml_view_2d(c, L, kRows, 1, L->nb[1], 0), kK); });
+    GGraph g_mm1(be, [&](ggml_context *c) { return ggml_mul_mat(c, W, hview(c, 1)); });
+    GGraph g_mm8(be, [&](ggml_context *c) { return ggml_mul_mat(c, W, hview(c, 8)); });
+    GGraph g_tail1(be, [&](ggml_context *c) { return ggml_argmax(c, tail_in(c, 1)); });
+    GGraph g_tail8(be, [&](ggml_context *c) { return ggml_argmax(c, tail_in(c, 8)); });
+    GGraph g_tailk(be, [&](ggml_context *c) { return ggml_top_k(c, tail_in(c, 1), kK); });
+    GGraph g_am(be, [&](ggml_context *c) { return ggml_argmax(c, ggml_view_2d(c, L, kRows, 1, L->nb[1], 0)); });
+    GGraph g_tk(be, [&](ggml_context *c) { return ggml_top_k(c, ggml_view_2d(c, L, kRows, 1, L->nb[1], 0), kK); });
 
     // ggml's stream: created lazily by its first graph compute.
     if (ggml_backend_graph_compute(be, g_mm1.gf) != GGML_STATUS_SUCCESS) return 3;

@@ -33,6 +33,7 @@
 #include "ggml.h"
 
 #include "cuda/launch.hpp"
+#include "ggml_graph.hpp"
 #include "lmtail/cpu.hpp"
 #include "lmtail/weight_type.hpp"
 
@@ -89,31 +90,6 @@ double copy_bandwidth_gbs(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1) {
     std::printf("copy bandwidth (device-to-device, read + write, 2 GiB): %.0f GB/s\n", gbs);
     return gbs;
 }
-
-// One graph y = W x[:T] (ggml_mul_mat), its own context and compute buffer: freed after use so
-// graph memory stays bounded over the 40 (type, T) cases.
-struct Graph {
-    ggml_context *ctx = nullptr;
-    ggml_cgraph *gf = nullptr;
-    ggml_gallocr_t ga = nullptr;
-    ggml_tensor *out = nullptr;
-    Graph(ggml_backend_t be, ggml_tensor *W, ggml_tensor *X, int T) {
-        ggml_init_params p = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
-        ctx = ggml_init(p);
-        out = ggml_mul_mat(ctx, W, ggml_view_2d(ctx, X, kCols, T, X->nb[1], 0));
-        gf = ggml_new_graph(ctx);
-        ggml_build_forward_expand(gf, out);
-        ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
-        if (!ggml_gallocr_alloc_graph(ga, gf)) {
-            std::fprintf(stderr, "ggml_gallocr_alloc_graph failed\n");
-            std::exit(3);
-        }
-    }
-    ~Graph() {
-        ggml_gallocr_free(ga);
-        ggml_free(ctx);
-    }
-};
 
 struct Row {
     const char *type;
@@ -189,7 +165,7 @@ int run(int reps) {
         auto lm = [&](int T) { cuda::launch_mul_mv(id, dW, stride, kRows, kCols, dX, T, dY, lst); };
         std::vector<double> agree;
         for (int T : {1, 2, 4, 8, 16}) {
-            Graph g(be, W, X, T);
+            GGraph g(be, [&](ggml_context *c) { return ggml_mul_mat(c, W, ggml_view_2d(c, X, kCols, T, X->nb[1], 0)); });
             auto gg = [&] {
                 if (ggml_backend_graph_compute(be, g.gf) != GGML_STATUS_SUCCESS) {
                     std::fprintf(stderr, "ggml_backend_graph_compute failed (%s, T=%d)\n", ti.name, T);
