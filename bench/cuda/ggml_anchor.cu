@@ -31,7 +31,7 @@
 #include "ggml.h"
 
 #include "cuda/launch.hpp"
-#include "ggml_graph.hpp"
+#include "anchor_common.hpp"
 #include "mul_mv_q5_K_variants.hpp"
 #include "lmtail/kernel_abi.h"
 
@@ -44,14 +44,6 @@ static void lmt_mv(const uint8_t *w, size_t rb, int rows, int cols, const float 
     else lmt::cuda::bench::launch_mul_mv_q5_K(w, rb, rows, cols, x, T, y, scr, s);
 }
 
-#define CK(expr)                                                                               \
-    do {                                                                                       \
-        cudaError_t e_ = (expr);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            std::exit(3);                                                                      \
-        }                                                                                      \
-    } while (0)
 
 static bool g_record_streams = false;
 static std::vector<cudaStream_t> g_streams;

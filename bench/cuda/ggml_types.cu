@@ -33,18 +33,10 @@
 #include "ggml.h"
 
 #include "cuda/launch.hpp"
-#include "ggml_graph.hpp"
+#include "anchor_common.hpp"
 #include "lmtail/cpu.hpp"
 #include "lmtail/weight_type.hpp"
 
-#define CK(expr)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (expr);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            std::fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            std::exit(3);                                                                                 \
-        }                                                                                                 \
-    } while (0)
 
 namespace {
 
