@@ -121,6 +121,51 @@ inline float reduce_add16(__m512 v) {
 // x laid out to match (xperm); S1 = sum_j sc_j * dot_j from vpdpbusd lanes times their scale,
 // S2 = sum_j m_j * (bsums[2j] + bsums[2j + 1]) (bs8): exact, so the same integers as the AVX2
 // rows, and the same two fmas per block.
+// One Q4_K / Q5_K block of a row: d, dmin, the codes in the four sub-block pairs, the 6-bit scales
+// per lane (sc[i] matches q[i]) and the 8 mins.
+template <bool kQ5>
+inline void k45_block(const uint8_t *p, __m512i m4, __m512i one, const __m512i (&sel)[4], float &d, float &dmin,
+                      __m512i (&q)[4], __m512i (&sc)[4], __m256i &mins) {
+    uint16_t h[2];
+    std::memcpy(h, p, 4);
+    d = _cvtsh_ss(h[0]);
+    dmin = _cvtsh_ss(h[1]);
+    uint32_t u[4];
+    ggml_x86::k_scales_mins(p + 4, u);
+    const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)u));
+    mins = _mm512_extracti32x8_epi32(scm, 1);
+    const uint8_t *qs = p + (kQ5 ? 48 : 16);
+    for (int k = 0; k < 2; ++k) {  // (lo, hi) nibbles of qs[0..63], then of qs[64..127]
+        const __m512i v = _mm512_loadu_si512(qs + 64 * k);
+        q[2 * k] = _mm512_and_si512(v, m4);
+        q[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    if constexpr (kQ5) {
+        // the fifth bit of sub-block j is bit j of qh[l]: halves of q[i] are sub-blocks
+        // (2i', 2i' + 2) with their bits selected by per-half shift counts
+        const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16)));
+        const int first[4] = {0, 1, 4, 5};
+        for (int i = 0; i < 4; ++i) {
+            const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)first[i]),
+                                                   _mm256_set1_epi16((short)(first[i] + 2)), 1);
+            q[i] = _mm512_or_si512(q[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, cnt), one), 4));
+        }
+    }
+    for (int i = 0; i < 4; ++i) sc[i] = _mm512_permutexvar_epi32(sel[i], scm);
+}
+
+// sum_j sc_j * dot_j of one block against one activation row's permuted codes, in 16 lanes. A
+// lane's dot (4 codes <= 31 times int8) fits int16 and its scale's high half is zero, so vpdpwssd
+// adds exactly dot * sc (one instruction for vpmulld + vpaddd).
+inline __m512i k45_dot(const __m512i (&q)[4], const __m512i (&sc)[4], const uint8_t *xp) {
+    __m512i s = _mm512_setzero_si512();
+    for (int i = 0; i < 4; ++i) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[i], _mm512_loadu_si512(xp + 64 * i));
+        s = _mm512_dpwssd_epi32(s, dot, sc[i]);
+    }
+    return s;
+}
+
 template <bool kQ5>
 void k45_rows(const MatvecCall &c, const float *xd, const uint8_t *xperm, const int32_t *bs8, int64_t r0,
               int64_t r1) {
@@ -136,46 +181,61 @@ void k45_rows(const MatvecCall &c, const float *xd, const uint8_t *xperm, const 
                             _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
                             _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)};
-    for (int64_t r = r0; r < r1; ++r) {
+    // Rows in fours: each (row, t) partial S1 folded to 8 lanes and S2's 8 products are parked,
+    // then three hadds per quantity give the four rows' sums in the lanes of one xmm, and the two
+    // fmas run per lane (the same roundings as the scalar ones below; integer sums are exact).
+    thread_local std::vector<__m512> park_store, acc4_store;
+    park_store.resize((size_t)c.T * 4);
+    acc4_store.resize((size_t)(c.T + 3) / 4);
+    __m256i *park = reinterpret_cast<__m256i *>(park_store.data());  // [t][S1 rows 0..3, S2 rows 0..3]
+    __m128 *acc4 = reinterpret_cast<__m128 *>(acc4_store.data());
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        for (int64_t t = 0; t < c.T; ++t) acc4[t] = _mm_setzero_ps();
+        for (int64_t b = 0; b < nb; ++b) {
+            alignas(16) float dv[4], dmv[4];
+            for (int k = 0; k < 4; ++k) {
+                const uint8_t *p = c.w + (size_t)(r + k) * c.row_stride + b * kBytes;
+                __m512i q[4], sc[4];
+                __m256i mins;
+                k45_block<kQ5>(p, m4, one, sel, dv[k], dmv[k], q, sc, mins);
+                for (int64_t t = 0; t < c.T; ++t) {
+                    const size_t xi = (size_t)(t * nb + b);
+                    const __m512i s = k45_dot(q, sc, xperm + 256 * xi);
+                    park[8 * t + k] = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti32x8_epi32(s, 1));
+                    park[8 * t + 4 + k] = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)(bs8 + 8 * xi)));
+                }
+            }
+            const __m128 d4 = _mm_load_ps(dv), dm4 = _mm_load_ps(dmv);
+            for (int64_t t = 0; t < c.T; ++t) {
+                const __m256i *pk = park + 8 * t;
+                const __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(pk[0], pk[1]), _mm256_hadd_epi32(pk[2], pk[3]));
+                const __m256i h2 = _mm256_hadd_epi32(_mm256_hadd_epi32(pk[4], pk[5]), _mm256_hadd_epi32(pk[6], pk[7]));
+                const __m128i S1 = _mm_add_epi32(_mm256_castsi256_si128(h1), _mm256_extracti128_si256(h1, 1));
+                const __m128i S2 = _mm_add_epi32(_mm256_castsi256_si128(h2), _mm256_extracti128_si256(h2, 1));
+                const __m128 xdv = _mm_set1_ps(xd[(size_t)(t * nb + b)]);
+                const __m128 s1 = _mm_fmadd_ps(_mm_cvtepi32_ps(S1), _mm_mul_ps(d4, xdv), acc4[t]);
+                acc4[t] = _mm_fnmadd_ps(_mm_cvtepi32_ps(S2), _mm_mul_ps(dm4, xdv), s1);
+            }
+        }
+        for (int64_t t = 0; t < c.T; ++t) {
+            alignas(16) float out[4];
+            _mm_store_ps(out, acc4[t]);
+            for (int k = 0; k < 4; ++k) c.logits[t * c.rows + r + k] = out[k];
+        }
+    }
+    for (; r < r1; ++r) {
         const uint8_t *row = c.w + (size_t)r * c.row_stride;
         for (int64_t t = 0; t < c.T; ++t) acc[t] = 0.0f;
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t *p = row + b * kBytes;
-            uint16_t h[2];
-            std::memcpy(h, p, 4);
-            const float d = _cvtsh_ss(h[0]), dmin = _cvtsh_ss(h[1]);
-            uint32_t u[4];
-            ggml_x86::k_scales_mins(p + 4, u);
-            const __m512i scm = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)u));
-            const __m256i mins = _mm512_extracti32x8_epi32(scm, 1);
-            const uint8_t *qs = p + (kQ5 ? 48 : 16);
-            __m512i q[4];  // (lo, hi) nibbles of qs[0..63], then of qs[64..127]
-            for (int k = 0; k < 2; ++k) {
-                const __m512i v = _mm512_loadu_si512(qs + 64 * k);
-                q[2 * k] = _mm512_and_si512(v, m4);
-                q[2 * k + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-            }
-            if constexpr (kQ5) {
-                // the fifth bit of sub-block j is bit j of qh[l]: halves of q[i] are sub-blocks
-                // (2i', 2i' + 2) with their bits selected by per-half shift counts
-                const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(p + 16)));
-                const int first[4] = {0, 1, 4, 5};
-                for (int i = 0; i < 4; ++i) {
-                    const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)first[i]),
-                                                           _mm256_set1_epi16((short)(first[i] + 2)), 1);
-                    q[i] = _mm512_or_si512(q[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(hb, cnt), one), 4));
-                }
-            }
-            __m512i sc[4];
-            for (int i = 0; i < 4; ++i) sc[i] = _mm512_permutexvar_epi32(sel[i], scm);
+            float d, dmin;
+            __m512i q[4], sc[4];
+            __m256i mins;
+            k45_block<kQ5>(p, m4, one, sel, d, dmin, q, sc, mins);
             for (int64_t t = 0; t < c.T; ++t) {
                 const size_t xi = (size_t)(t * nb + b);
-                const uint8_t *xp = xperm + 256 * xi;
-                __m512i s = _mm512_setzero_si512();
-                for (int i = 0; i < 4; ++i) {
-                    const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[i], _mm512_loadu_si512(xp + 64 * i));
-                    s = _mm512_add_epi32(s, _mm512_mullo_epi32(dot, sc[i]));
-                }
+                const __m512i s = k45_dot(q, sc, xperm + 256 * xi);
                 const int32_t S1 = _mm512_reduce_add_epi32(s);
                 const __m256i pm = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)(bs8 + 8 * xi)));
                 const __m128i p4 = _mm_add_epi32(_mm256_castsi256_si128(pm), _mm256_extracti128_si256(pm, 1));
