@@ -116,13 +116,9 @@ inline float reduce_add16(__m512 v) {
     return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
 }
 
-// Q4_K / Q5_K, one weight row at a time, each block decoded once for all T: the 8 sub-blocks'
-// codes in four zmm (sub-blocks (0, 2), (1, 3), (4, 6), (5, 7), one per 256-bit half), against
-// x laid out to match (xperm); S1 = sum_j sc_j * dot_j from vpdpbusd lanes times their scale,
-// S2 = sum_j m_j * (bsums[2j] + bsums[2j + 1]) (bs8): exact, so the same integers as the AVX2
-// rows, and the same two fmas per block.
-// One Q4_K / Q5_K block of a row: d, dmin, the codes in the four sub-block pairs, the 6-bit scales
-// per lane (sc[i] matches q[i]) and the 8 mins.
+// One Q4_K / Q5_K block of a row: d, dmin, the codes in four zmm (sub-blocks (0, 2), (1, 3),
+// (4, 6), (5, 7), one per 256-bit half, against x laid out to match: xperm), the 6-bit scales per
+// lane (sc[i] matches q[i]) and the 8 mins.
 template <bool kQ5>
 inline void k45_block(const uint8_t *p, __m512i m4, __m512i one, const __m512i (&sel)[4], float &d, float &dmin,
                       __m512i (&q)[4], __m512i (&sc)[4], __m256i &mins) {
@@ -166,36 +162,35 @@ inline __m512i k45_dot(const __m512i (&q)[4], const __m512i (&sc)[4], const uint
     return s;
 }
 
+// Q4_K / Q5_K, four weight rows at a time (a short last group repeats its last row and stores only
+// its own outputs), each block decoded once for all T. Per (row, t) S1 = sum_j sc_j * dot_j is
+// folded to 8 lanes and S2 = sum_j m_j * (bsums[2j] + bsums[2j + 1]) (bs8) left as 8 products;
+// three hadds per quantity then put the four rows' sums in one xmm: exact, so the same integers as
+// the AVX2 rows, and the same two fmas per block, lane by lane.
 template <bool kQ5>
 void k45_rows(const MatvecCall &c, const float *xd, const uint8_t *xperm, const int32_t *bs8, int64_t r0,
               int64_t r1) {
     const int64_t nb = c.cols / 256;
     constexpr int kBytes = kQ5 ? LMT_Q5K_BLOCK_BYTES : LMT_Q4K_BLOCK_BYTES;
-    // one float per t (a vector of __m512: no std::vector<float> code compiled with AVX-512 flags,
-    // which the linker could hand to AVX2 callers of the same template)
-    thread_local std::vector<__m512> acc_store;
-    acc_store.resize((size_t)(c.T + 15) / 16);
-    float *acc = reinterpret_cast<float *>(acc_store.data());
     const __m512i m4 = _mm512_set1_epi8(0xF), one = _mm512_set1_epi8(1);
     const __m512i sel[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2),
                             _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
                             _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6),
                             _mm512_setr_epi32(5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7)};
-    // Rows in fours: each (row, t) partial S1 folded to 8 lanes and S2's 8 products are parked,
-    // then three hadds per quantity give the four rows' sums in the lanes of one xmm, and the two
-    // fmas run per lane (the same roundings as the scalar ones below; integer sums are exact).
+    // vectors of __m512 only: no std::vector<float> code compiled with AVX-512 flags, which the
+    // linker could hand to AVX2 callers of the same template
     thread_local std::vector<__m512> park_store, acc4_store;
     park_store.resize((size_t)c.T * 4);
     acc4_store.resize((size_t)(c.T + 3) / 4);
     __m256i *park = reinterpret_cast<__m256i *>(park_store.data());  // [t][S1 rows 0..3, S2 rows 0..3]
     __m128 *acc4 = reinterpret_cast<__m128 *>(acc4_store.data());
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
+    for (int64_t r = r0; r < r1; r += 4) {
+        const int n = r1 - r < 4 ? (int)(r1 - r) : 4;
         for (int64_t t = 0; t < c.T; ++t) acc4[t] = _mm_setzero_ps();
         for (int64_t b = 0; b < nb; ++b) {
             alignas(16) float dv[4], dmv[4];
             for (int k = 0; k < 4; ++k) {
-                const uint8_t *p = c.w + (size_t)(r + k) * c.row_stride + b * kBytes;
+                const uint8_t *p = c.w + (size_t)(r + (k < n ? k : n - 1)) * c.row_stride + b * kBytes;
                 __m512i q[4], sc[4];
                 __m256i mins;
                 k45_block<kQ5>(p, m4, one, sel, dv[k], dmv[k], q, sc, mins);
@@ -221,31 +216,8 @@ void k45_rows(const MatvecCall &c, const float *xd, const uint8_t *xperm, const 
         for (int64_t t = 0; t < c.T; ++t) {
             alignas(16) float out[4];
             _mm_store_ps(out, acc4[t]);
-            for (int k = 0; k < 4; ++k) c.logits[t * c.rows + r + k] = out[k];
+            for (int k = 0; k < n; ++k) c.logits[t * c.rows + r + k] = out[k];
         }
-    }
-    for (; r < r1; ++r) {
-        const uint8_t *row = c.w + (size_t)r * c.row_stride;
-        for (int64_t t = 0; t < c.T; ++t) acc[t] = 0.0f;
-        for (int64_t b = 0; b < nb; ++b) {
-            const uint8_t *p = row + b * kBytes;
-            float d, dmin;
-            __m512i q[4], sc[4];
-            __m256i mins;
-            k45_block<kQ5>(p, m4, one, sel, d, dmin, q, sc, mins);
-            for (int64_t t = 0; t < c.T; ++t) {
-                const size_t xi = (size_t)(t * nb + b);
-                const __m512i s = k45_dot(q, sc, xperm + 256 * xi);
-                const int32_t S1 = _mm512_reduce_add_epi32(s);
-                const __m256i pm = _mm256_mullo_epi32(mins, _mm256_loadu_si256((const __m256i *)(bs8 + 8 * xi)));
-                const __m128i p4 = _mm_add_epi32(_mm256_castsi256_si128(pm), _mm256_extracti128_si256(pm, 1));
-                const __m128i p2 = _mm_add_epi32(p4, _mm_unpackhi_epi64(p4, p4));
-                const int32_t S2 = _mm_cvtsi128_si32(_mm_add_epi32(p2, _mm_shuffle_epi32(p2, 1)));
-                const float s1 = std::fmaf((float)S1, d * xd[xi], acc[t]);
-                acc[t] = std::fmaf(-(float)S2, dmin * xd[xi], s1);
-            }
-        }
-        for (int64_t t = 0; t < c.T; ++t) c.logits[t * c.rows + r] = acc[t];
     }
 }
 
