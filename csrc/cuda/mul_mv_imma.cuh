@@ -35,9 +35,9 @@ struct Q6K { static constexpr int kId = 14, kBB = LMT_Q6K_BLOCK_BYTES, kSB = kBB
 
 // Launch geometry per type and regime (NT = n-tiles: 1 for T <= 2, 2 for T <= 4, 4 for more): ring
 // stages S, warps per CTA W, m16 tiles per warp MT (16 MT rows), 256-column steps per stage KS, CTAs
-// per SM the registers are capped for MB, the ring's copy order CP (see mul_mv_imma), unroll GU of
-// a step's 8 groups, XS: the x planes staged once per CTA in shared memory (its warps then move in
-// step, a CTA barrier per stage) instead of each warp reading them through L1. Performance only:
+// per SM the registers are capped for MB, unroll GU of a step's 8 groups, XS: the x planes staged
+// once per CTA in shared memory (its warps then move in step, a CTA barrier per stage) instead of
+// each warp reading them through L1. Performance only:
 // the int32 sums are exact and the epilogue is per (row, token), so no geometry changes a result.
 // Rule (bench/cuda/imma_sweep.sh, H100 and H200, docs/NOTES.md): one warp per 16 rows at T <= 2,
 // where each warp's own x reads are cheap; from T = 3 on the x planes (4 bytes per element and
@@ -48,14 +48,14 @@ template <class Ty, int NT>
 struct Geo {
     static constexpr int S = NT == 1 ? LMT_G1_S : LMT_G8_S, W = NT == 1 ? LMT_G1_W : LMT_G8_W;
     static constexpr int MT = NT == 1 ? LMT_G1_MT : LMT_G8_MT, MB = NT == 1 ? LMT_G1_MB : LMT_G8_MB;
-    static constexpr int KS = NT == 1 ? LMT_G1_KS : LMT_G8_KS, CP = NT == 1 ? LMT_G1_CP : LMT_G8_CP;
+    static constexpr int KS = NT == 1 ? LMT_G1_KS : LMT_G8_KS;
     static constexpr int GU = NT == 1 ? LMT_G1_GU : LMT_G8_GU;  // unroll of the 8 groups of a step
     static constexpr int XS = NT == 1 ? LMT_G1_XS : LMT_G8_XS;
 };
 #else
 template <class Ty, int NT>
 struct Geo {
-    static constexpr int S = 3, W = 4, KS = 1, GU = 8, MB = 1, CP = 0;
+    static constexpr int S = 3, W = 4, KS = 1, GU = 8, MB = 1;
     static constexpr int XS = NT > 1, MT = NT > 1 && Ty::kSB <= 176 ? 2 : 1;
 };
 #endif
@@ -200,44 +200,21 @@ __global__ void __launch_bounds__(G::W * 32, G::MB) mul_mv_imma(const uint8_t *_
 
     // Issue stage st's copies into its slot: every row's window of GMAX 16-byte granules (the
     // pitch), bytes past the stage's end zero-filled (the decode reads only the stage's own blocks)
-    // and never read. Two lane orders (Geo::CP): 0, the slot's granules in row-major order (copy i
-    // of the stage: granule i % GMAX of row i / GMAX, so an instruction reads a few rows'
-    // contiguous bytes); 1, lane L takes the granules of parity L & 1 of rows 16 m + L / 2 (16 rows
-    // x 32 bytes per instruction, fewer instructions, more rows per instruction).
+    // and never read. The slot's granules go in row-major order (copy i of the stage: granule
+    // i % GMAX of row i / GMAX), so an instruction reads a few rows' contiguous bytes.
     const int rbytes = (int)row_bytes;  // a row is under 2^31 bytes (cols is an int)
-    constexpr int kJ = (GMAX + 1) / 2, kCopies = (kRW * GMAX + 31) / 32;
-    const int cr = lane >> 1, cpar = lane & 1;
-    const uint8_t *csrc[G::CP ? kMT : 1];
-    if constexpr (G::CP) {
-#pragma unroll
-        for (int m = 0; m < kMT; ++m) {
-            const int gr = row0 + 16 * m + cr < rows ? row0 + 16 * m + cr : rows - 1;
-            csrc[m] = w + (size_t)gr * row_stride + 16 * cpar;
-        }
-    }
+    constexpr int kCopies = (kRW * GMAX + 31) / 32;
     auto issue = [&](int st) {
         if (st < nst) {
             const int o0 = st * KS * SB, o1 = o0 + KS * SB < rbytes ? o0 + KS * SB : rbytes, lo = o0 & ~15;
-            if constexpr (G::CP) {
-                const int rem = o1 - lo - 16 * cpar;  // the lane's bytes left from its first granule
-                const uint32_t slot = ring_s + (uint32_t)((st % kStages) * kRW * P + cr * P + 16 * cpar);
+            const uint32_t slot = ring_s + (uint32_t)((st % kStages) * kRW * P + 16 * lane);
 #pragma unroll
-                for (int m = 0; m < kMT; ++m)
-#pragma unroll
-                    for (int j = 0; j < kJ; ++j) {
-                        const int n = rem - 32 * j < 16 ? rem - 32 * j : 16;
-                        if (n > 0) cp16(slot + (uint32_t)(16 * m * P + 32 * j), csrc[m] + lo + 32 * j, n);
-                    }
-            } else {
-                const uint32_t slot = ring_s + (uint32_t)((st % kStages) * kRW * P + 16 * lane);
-#pragma unroll
-                for (int j = 0; j < kCopies; ++j) {
-                    const int i = lane + 32 * j, r = i / GMAX, k = i - r * GMAX;
-                    const int n = o1 - lo - 16 * k < 16 ? o1 - lo - 16 * k : 16;
-                    if ((j < kCopies - 1 || r < kRW) && n > 0) {
-                        const int gr = row0 + r < rows ? row0 + r : rows - 1;
-                        cp16(slot + (uint32_t)(512 * j), w + (size_t)gr * row_stride + lo + 16 * k, n);
-                    }
+            for (int j = 0; j < kCopies; ++j) {
+                const int i = lane + 32 * j, r = i / GMAX, k = i - r * GMAX;
+                const int n = o1 - lo - 16 * k < 16 ? o1 - lo - 16 * k : 16;
+                if ((j < kCopies - 1 || r < kRW) && n > 0) {
+                    const int gr = row0 + r < rows ? row0 + r : rows - 1;
+                    cp16(slot + (uint32_t)(512 * j), w + (size_t)gr * row_stride + lo + 16 * k, n);
                 }
             }
             if constexpr (G::XS != 0) {
