@@ -37,8 +37,8 @@ struct Q6K { static constexpr int kId = 14, kBB = LMT_Q6K_BLOCK_BYTES, kSB = kBB
 // stages S, warps per CTA W, m16 tiles per warp MT (16 MT rows), 256-column steps per stage KS, CTAs
 // per SM the registers are capped for MB, unroll GU of a step's 8 groups, XS: the x planes staged
 // once per CTA in shared memory (its warps then move in step, a CTA barrier per stage) instead of
-// each warp reading them through L1. Performance only:
-// the int32 sums are exact and the epilogue is per (row, token), so no geometry changes a result.
+// each warp reading them through L1. Performance only: the int32 sums are exact and the epilogue is
+// per (row, token), so no geometry changes a result.
 // Rule (bench/cuda/imma_sweep.sh, H100 and H200, docs/NOTES.md): one warp per 16 rows at T <= 2,
 // where each warp's own x reads are cheap; from T = 3 on the x planes (4 bytes per element and
 // token) outweigh the weights, so the CTA shares them and the small-block types (<= 176 bytes per
